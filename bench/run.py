@@ -1,0 +1,213 @@
+"""``python -m bench``: measure every figure, write results.md and results.svg, print the table.
+
+    python -m bench                 # every figure, 3 runs each
+    python -m bench --runs 5
+    python -m bench --only render,mesh
+    python -m bench --experiments   # also cold builds under -j 2 / OMP_NUM_THREADS=1
+
+Groups: site (cold, floors, overhead, warm, edits), import, render, mesh, tsan,
+weight (needs the site group's build), experiments (opt-in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from . import figures as F
+from .report import fmt, table, write_markdown, write_plot
+from .stats import NOT_YET, Figure
+from .tree import ROOT
+
+BENCH = ROOT / "bench"
+GROUPS = ("site", "import", "render", "mesh", "tsan", "weight")
+
+
+def _load() -> str:
+    try:
+        return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _by_key(figs: list[Figure]) -> dict[str, Figure]:
+    return {f.key: f for f in figs}
+
+
+def _med(f: Figure | None) -> float | None:
+    return f.summary.median if f and f.samples else None
+
+
+def per_page_section(ctx: F.Context) -> str:
+    execd = ctx.pages.get("cold execution (MyST-NB)", {})
+    floor = ctx.pages.get("plain-script floor", {})
+    if not execd:
+        return ""
+    rows = ["| page | executed in the cold build (MyST-NB) | as a plain script | kernel overhead |",
+            "|---|---|---|---|"]
+    for p in sorted(execd, key=lambda p: -statistics.median(execd[p])):
+        e = statistics.median(execd[p])
+        fl = statistics.median(floor[p]) if p in floor else None
+        rows.append(f"| {p} | {fmt(e, 's')} | {fmt(fl, 's') if fl is not None else '—'} | "
+                    + (f"{fmt(e - fl, 's')}" if fl is not None else "—") + " |")
+    return ("Medians over the runs. *Kernel overhead* is the MyST-NB execution time minus the "
+            "plain-script time: kernel start-up and messaging, rich display of results "
+            "(figures rendered to PNG), glue.\n\n" + "\n".join(rows))
+
+
+def diagnose(figs: list[Figure], ctx: F.Context) -> str:
+    """For every missed goal: why, from the measurements, and what would fix it."""
+    k = _by_key(figs)
+    out = []
+    execd = ctx.pages.get("cold execution (MyST-NB)", {})
+    n_pages = len(execd)
+    sum_exec = sum(statistics.median(v) for v in execd.values()) if execd else None
+    imp = _med(k.get("import_torch"))
+    sfloor = _med(k.get("sphinx_floor"))
+    heavy = [f for f in figs if f.key.startswith("weight:") and f.status == "missed"]
+    for f in figs:
+        if f.status != "missed" or f in heavy[1:]:
+            continue
+        why, fix = "", ""
+        if f.key == "cold":
+            why = (f"The cold build ({fmt(_med(f), 's')}) is mostly page execution: the pages' MyST-NB "
+                   f"execution times add up to {fmt(sum_exec, 's')}" if sum_exec else "")
+            if imp and n_pages:
+                why += (f"; every one of the {n_pages} pages starts a kernel that imports torch "
+                        f"({fmt(imp, 's')} each on this machine, {fmt(imp * n_pages, 's')} in all)")
+            if sfloor:
+                why += f"; Sphinx alone takes {fmt(sfloor, 's')}"
+            why += "."
+            fix = ("Execute pages in parallel (see *How to get there*); keep `import torch` to one per "
+                   "kernel (it already is) and out of Sphinx; shrink the heaviest page's workload "
+                   "(the per-page table shows which).")
+        elif f.key == "overhead":
+            why = ("The build costs more than its two floors: each page's kernel start-up, ZMQ "
+                   "messaging and rich display (per-page table: *kernel overhead*), the jupyter-cache "
+                   "bookkeeping, and `nox`'s staging copy of the site.")
+            fix = "Parallel execution overlaps kernel start-up with other pages' work."
+        elif f.key in ("warm", "edit_page") or f.key.startswith("edit_module"):
+            why = ("Nothing (or only the edited page) executes, so the time is fixed cost: starting "
+                   "`nox` and Python, importing Sphinx and its extensions (MyST-NB imports "
+                   "jupyter-cache, which imports SQLAlchemy), unpickling the environment, writing "
+                   "the changed pages, and `nox -s docs` copying the previous site and doctrees into "
+                   "the staging folder")
+            if sfloor:
+                why += f"; for scale, a whole build with execution off takes {fmt(sfloor, 's')} here"
+            why += "."
+            if f.cpu:
+                why += (f" It used {fmt(statistics.median(f.cpu), 's')} of CPU time (the build and every "
+                        "process it waited for), against the wall time above: the difference is waiting "
+                        "for the cores that other jobs held.")
+            fix = ("On an idle machine the wall time of this serial work is about its CPU time. Below "
+                   "that, the fixed cost is imports (MyST-NB → jupyter-cache → SQLAlchemy, the theme): "
+                   "a long-lived `nox -s docs-live` pays them once.")
+        elif f.key.startswith("weight:"):
+            why = (f"{f.detail.split('heaviest: ')[-1]}: the theme (pydata-sphinx-theme 0.20, under "
+                   "sphinx-book-theme) loads `scripts/fontawesome.js` on every page, Font Awesome's "
+                   "whole SVG icon set as JavaScript, only so that sites can add custom icons; the "
+                   "theme's own icons come from the CSS webfont. `http.server` sends it uncompressed.")
+            fix = ("Serve the site gzip-compressed (the gzip figure is in the row), or drop the script "
+                   "with a template override of `static/webpack-macros.html` (this site uses no "
+                   "custom icons).")
+        elif f.key == "mesh_ratio":
+            why = "The simulated walkthrough is not at least 10× cheaper than launching 8 real ranks."
+            fix = "Profile `walkthrough` under `LocalTensorMode`; the real launch is dominated by 8 × `import torch`."
+        elif f.key.startswith("tsan"):
+            why = "The TSAN figure includes running both variants until both races show (`reproduce`)."
+            fix = "Fewer iterations or a shorter `max_seconds` on the page; the build itself is cached by content hash."
+        elif f.key.startswith("render"):
+            why = "`render` formats every kept cell in Python."
+            fix = "Vectorize the formatting of cells with numpy."
+        if f in heavy:
+            f = heavy[0]
+            label = f"page weight, cold: {', '.join('`' + h.key.split(':', 1)[1] + '`' for h in heavy)}"
+            out.append(f"**{label}** — goal {f.goal_text}, measured {fmt(min(_med(h) for h in heavy), 'MB')} "
+                       f"to {fmt(max(_med(h) for h in heavy), 'MB')}. *Why:* {why} *Fix:* {fix}")
+            continue
+        out.append(f"**{f.label}** — goal {f.goal_text}, measured {fmt(_med(f), f.unit) if f.samples else '—'}."
+                   + (f" *Why:* {why}" if why else "") + (f" *Fix:* {fix}" if fix else ""))
+    return "\n\n".join(out) if out else "Every goal measured is met."
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
+    ap.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups from {GROUPS}")
+    ap.add_argument("--experiments", action="store_true", help="also time -j 2 / OMP_NUM_THREADS=1 cold builds")
+    ap.add_argument("--touch-page", default=None, help="page whose code is edited (default: render)")
+    ap.add_argument("--out", type=Path, default=BENCH, help="where results.md / results.svg go")
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    groups = [g.strip() for g in args.only.split(",") if g.strip()]
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        ap.error(f"unknown group(s) {sorted(unknown)}; choose from {GROUPS}")
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    ctx = F.Context(work=BENCH / "_runs" / stamp, runs=args.runs,
+                    log=lambda s: print(s, file=sys.stderr, flush=True))
+    ctx.work.mkdir(parents=True, exist_ok=True)
+    meta = {"runs": str(args.runs), "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "load average at start (1/5/15 min)": _load()}
+    started = time.perf_counter()
+    figs: list[Figure] = []
+    experiments: list[Figure] = []
+    steps = {
+        "site": lambda: F.site_figures(ctx, args.touch_page),
+        "import": lambda: F.import_torch_figure(ctx),
+        "render": lambda: F.render_figures(ctx),
+        "mesh": lambda: F.mesh_figures(ctx),
+        "tsan": lambda: F.tsan_figures(ctx),
+        "weight": lambda: F.weight_figures(ctx),
+    }
+    for g in GROUPS:
+        if g not in groups:
+            continue
+        ctx.log(f"== {g}")
+        try:
+            figs += steps[g]()
+        except Exception as exc:  # noqa: BLE001 - one broken group never hides the others
+            figs.append(F._failed(Figure(g, f"{g} figures", "s"), exc))
+    if args.experiments:
+        ctx.log("== experiments")
+        try:
+            experiments = F.parallel_experiments(ctx)
+        except Exception as exc:  # noqa: BLE001
+            experiments = [F._failed(Figure("exp", "experiments", "s"), exc)]
+    for f in figs + experiments:
+        f.judge()
+    meta["load average at end"] = _load()
+    meta["bench wall time"] = f"{(time.perf_counter() - started) / 60:.1f} min"
+    meta["note"] = ("this machine was shared with other heavy jobs during the run: absolute times "
+                    "are inflated and noisy; ratios and the executed-page sets are the stable figures")
+
+    sections = {
+        "Why goals are missed, and what would fix it": diagnose(figs, ctx),
+        "Per page": per_page_section(ctx),
+        "How to get there: parallel execution and threads": table(experiments) if experiments else "",
+        "Notes": "\n".join(f"- {n}" for n in ctx.notes),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = write_markdown(args.out / "results.md", figs, sections, meta)
+    write_plot(args.out / "results.svg", figs)
+    raw = [{"key": f.key, "label": f.label, "unit": f.unit, "samples": f.samples, "status": f.status,
+            "detail": f.detail, "note": f.note} for f in figs + experiments]
+    (ctx.work / "results.json").write_text(json.dumps({"meta": meta, "figures": raw, "pages": ctx.pages}, indent=1))
+    print(text)
+    pending = [f.label for f in figs if f.status == NOT_YET]
+    if pending:
+        print(f"\n{len(pending)} figure(s) not available yet: their components have not landed.", file=sys.stderr)
+    return 1 if any(f.status.startswith("failed") for f in figs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
