@@ -51,9 +51,7 @@ def _refuse_if_busy() -> None:
             "torch.distributed.destroy_process_group(), first."
         )
     if local_tensor_mode() is not None:
-        raise RuntimeError(
-            "a LocalTensorMode is already active; simulated worlds cannot be nested"
-        )
+        raise RuntimeError("a LocalTensorMode is already active; simulated worlds cannot be nested")
 
 
 @contextmanager

@@ -41,9 +41,12 @@ def test_nested_world_refused_and_outer_still_closes():
 
 
 def test_nested_mesh_refused():
-    with simulated_mesh((2,), ("a",)):
-        with pytest.raises(RuntimeError, match="already initialized"), simulated_mesh((2,), ("b",)):
-            pass
+    with (
+        simulated_mesh((2,), ("a",)),
+        pytest.raises(RuntimeError, match="already initialized"),
+        simulated_mesh((2,), ("b",)),
+    ):
+        pass
     assert _clean()
 
 
@@ -81,9 +84,11 @@ def test_mesh_argument_checks(shape, names, err, match):
 
 
 def test_mesh_product_must_match_world_size():
-    with pytest.raises(ValueError, match=r"\(2, 2\) has 4 ranks but the world size is 8"):
-        with simulated_mesh((2, 2), ("a", "b"), world_size=8):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"\(2, 2\) has 4 ranks but the world size is 8"),
+        simulated_mesh((2, 2), ("a", "b"), world_size=8),
+    ):
+        pass
     with simulated_world(8), pytest.raises(ValueError, match="world size is 8"):
         make_mesh((2, 2), ("a", "b"))
     assert _clean()
