@@ -137,3 +137,27 @@ def test_floor_cells_keep_raises_exception_tags(tmp_path):
     page.write_text(FRONT + "\n# P\n\n```{code-cell} ipython3\nx = 1\n```\n\n"
                     "```{code-cell} ipython3\n:tags: [raises-exception]\n1 / 0\n```\n")
     assert bench.floor.page_cells(page) == [("x = 1", False), ("1 / 0", True)]
+
+
+# -- page weight, over the site that `nox -s tests` just built ----------------------------
+
+#: What a browser fetches on top of the files a page names: the theme's icon webfont.
+WEBFONT_ALLOWANCE = 250_000
+
+
+@pytest.mark.site
+def test_every_page_weighs_at_most_1_5_MB_cold(site):
+    """HTML plus every local stylesheet, script and image it names (the browser figure is in bench/)."""
+    import re
+
+    heavy = {}
+    for page in sorted(p for p in site.glob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        total = len(html.encode())
+        for ref in set(re.findall(r'(?:src|href)="([^"#?]+\.(?:css|js|png|svg|jpg|woff2?))[^"]*"', html)):
+            path = (page.parent / ref).resolve()
+            if path.is_file():
+                total += path.stat().st_size
+        if total + WEBFONT_ALLOWANCE > 1_500_000:
+            heavy[page.name] = total
+    assert heavy == {}, f"pages over 1.5 MB cold (bytes, before webfonts): {heavy}"
