@@ -92,6 +92,7 @@ def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
     figs = [cold, sfloor, xfloor, ratio, ratio_cpu, warm, mtime, edit, *mod_figs.values()]
     per_page_exec: dict[str, list[float]] = {}
     per_page_floor: dict[str, list[float]] = {}
+    per_page_floor_cpu: dict[str, list[float]] = {}
     bad: dict[str, str] = {}
 
     def expect(fig: Figure, b: Build, wanted: set[str]) -> None:
@@ -119,6 +120,7 @@ def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
         for p in pages:
             s, c = run_page(tree.docs / f"{p}.md", ctx.python, tree.env())
             per_page_floor.setdefault(p, []).append(s)
+            per_page_floor_cpu.setdefault(p, []).append(c)
             total += s
             total_cpu += c
         xfloor.samples.append(total)
@@ -156,6 +158,7 @@ def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
         fig.detail = line + " (in at least one run)"
     ctx.pages["cold execution (MyST-NB)"] = per_page_exec
     ctx.pages["plain-script floor"] = per_page_floor
+    ctx.pages["plain-script floor CPU"] = per_page_floor_cpu
     ctx.notes.append(
         f"Modules every page imports ({_names(set(tree.modules()) - set(modules))}) re-execute the "
         "whole site when edited, which the cold build already measures; they are not edited separately."
@@ -169,12 +172,19 @@ def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
 def import_torch_figure(ctx: Context) -> list[Figure]:
     """``python -c "import torch"``: what every kernel, plain script and rank pays first."""
     fig = Figure("import_torch", "`import torch` in a fresh interpreter", "s")
+    import resource
+
     env = {**os.environ, "PYTHONPATH": str(ctx.tree.root if ctx.tree else Path.cwd())}
+    bare = Figure("python_start", "a fresh interpreter that imports nothing (`python -c pass`)", "s")
     for _ in range(ctx.runs):
-        t = time.perf_counter()
-        subprocess.run([ctx.python, "-c", "import torch"], check=True, env=env)
-        fig.samples.append(time.perf_counter() - t)
-    return [fig]
+        for f, code in ((fig, "import torch"), (bare, "pass")):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            subprocess.run([ctx.python, "-c", code], check=True, env=env)
+            f.samples.append(time.perf_counter() - t)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            f.cpu.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return [fig, bare]
 
 
 # -- render -------------------------------------------------------------------------------
@@ -229,8 +239,9 @@ def mesh_figures(ctx: Context, numel: int = 15) -> list[Figure]:
     real = Figure("mesh_real", "real walkthrough: torchrun launch of 8 gloo ranks, end to end", "s")
     figs = [ratio, sim, real]
     try:
-        import explainers.mesh  # noqa: F401
         from explainers.mesh_launch import launch_walkthrough
+
+        import explainers.mesh  # noqa: F401
     except ImportError:
         for f in figs:
             f.status = NOT_YET

@@ -44,21 +44,33 @@ def _med(f: Figure | None) -> float | None:
     return f.summary.median if f and f.samples else None
 
 
-def per_page_section(ctx: F.Context) -> str:
+def per_page_section(ctx: F.Context, figs: list[Figure]) -> str:
     execd = ctx.pages.get("cold execution (MyST-NB)", {})
     floor = ctx.pages.get("plain-script floor", {})
+    floor_cpu = ctx.pages.get("plain-script floor CPU", {})
+    imp = _by_key(figs).get("import_torch")
+    imp_cpu = statistics.median(imp.cpu) if imp and imp.cpu else None
     if not execd:
         return ""
-    rows = ["| page | executed in the cold build (MyST-NB) | as a plain script | kernel overhead |",
-            "|---|---|---|---|"]
+    rows = ["| page | executed in the cold build (MyST-NB) | as a plain script | kernel overhead "
+            "| plain script, CPU time | its own work: CPU beyond `import torch` |",
+            "|---|---|---|---|---|---|"]
     for p in sorted(execd, key=lambda p: -statistics.median(execd[p])):
         e = statistics.median(execd[p])
         fl = statistics.median(floor[p]) if p in floor else None
-        rows.append(f"| {p} | {fmt(e, 's')} | {fmt(fl, 's') if fl is not None else '—'} | "
-                    + (f"{fmt(e - fl, 's')}" if fl is not None else "—") + " |")
+        fc = statistics.median(floor_cpu[p]) if p in floor_cpu else None
+        rows.append(" | ".join([
+            f"| {p}", fmt(e, "s"), fmt(fl, "s") if fl is not None else "—",
+            fmt(e - fl, "s") if fl is not None else "—", fmt(fc, "s") if fc is not None else "—",
+            (fmt(max(fc - imp_cpu, 0.0), "s") if fc is not None and imp_cpu is not None else "—") + " |",
+        ]))
     return ("Medians over the runs. *Kernel overhead* is the MyST-NB execution time minus the "
-            "plain-script time: kernel start-up and messaging, rich display of results "
-            "(figures rendered to PNG), glue.\n\n" + "\n".join(rows))
+            "plain-script time (wall): kernel start-up and messaging, rich display of results, "
+            "glue; it can come out negative when the machine's load changed between the two. "
+            "The CPU columns do not depend on other jobs' load: *its own work* is the page's "
+            "plain-script CPU time minus that of a bare `import torch` "
+            + (f"({fmt(imp_cpu, 's')})" if imp_cpu else "") + ", the part a lighter workload "
+            "could shrink.\n\n" + "\n".join(rows))
 
 
 def diagnose(figs: list[Figure], ctx: F.Context) -> str:
@@ -109,13 +121,18 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
                    "that, the fixed cost is imports (MyST-NB → jupyter-cache → SQLAlchemy, the theme): "
                    "a long-lived `nox -s docs-live` pays them once.")
         elif f.key.startswith("weight:"):
-            why = (f"{f.detail.split('heaviest: ')[-1]}: the theme (pydata-sphinx-theme 0.20, under "
-                   "sphinx-book-theme) loads `scripts/fontawesome.js` on every page, Font Awesome's "
-                   "whole SVG icon set as JavaScript, only so that sites can add custom icons; the "
-                   "theme's own icons come from the CSS webfont. `http.server` sends it uncompressed.")
-            fix = ("Serve the site gzip-compressed (the gzip figure is in the row), or drop the script "
-                   "with a template override of `static/webpack-macros.html` (this site uses no "
-                   "custom icons).")
+            heaviest = f.detail.split("heaviest: ")[-1]
+            if "fontawesome.js" in heaviest:
+                why = (f"{heaviest}: the theme (pydata-sphinx-theme 0.20) loads `scripts/fontawesome.js` "
+                       "on every page, Font Awesome's whole icon set as JavaScript, only so that sites "
+                       "can add custom icons; its own icons come from the CSS webfont.")
+                fix = ("The override `docs/_templates/static/webpack-macros.html` leaves that script "
+                       "out; if this row names it, the override no longer matches the theme's macros "
+                       "(re-copy it from the pinned theme). Serving gzip-compressed also helps "
+                       "(the gzip figure is in the row).")
+            else:
+                why = f"The heaviest files: {heaviest}."
+                fix = "Serve the site gzip-compressed (the gzip figure is in the row), or slim those files."
         elif f.key == "mesh_ratio":
             why = "The simulated walkthrough is not at least 10× cheaper than launching 8 real ranks."
             fix = "Profile `walkthrough` under `LocalTensorMode`; the real launch is dominated by 8 × `import torch`."
@@ -192,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sections = {
         "Why goals are missed, and what would fix it": diagnose(figs, ctx),
-        "Per page": per_page_section(ctx),
+        "Per page": per_page_section(ctx, figs),
         "How to get there: parallel execution and threads": table(experiments) if experiments else "",
         "Notes": "\n".join(f"- {n}" for n in ctx.notes),
     }
