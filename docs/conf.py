@@ -28,6 +28,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx.ext.graphviz",
     "explainer_deps",
+    "parallel_exec",  # -j safe: cache database made before workers fork, per-process kernel ports
 ]
 
 exclude_patterns = [

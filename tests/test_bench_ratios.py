@@ -59,14 +59,12 @@ def _page(title: str, module: str) -> str:
         """)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Tree:
+def _tiny_source(src: Path) -> Path:
     """A project with the real conf.py, _ext and noxfile, and two pages importing different modules."""
-    src = tmp_path_factory.mktemp("tiny-src")
     docs = src / "docs"
-    docs.mkdir()
+    docs.mkdir(parents=True)
     shutil.copy2(ROOT / "docs" / "conf.py", docs / "conf.py")
-    for d in ("_ext", "_static"):
+    for d in ("_ext", "_static", "_templates"):
         shutil.copytree(ROOT / "docs" / d, docs / d, ignore=shutil.ignore_patterns("__pycache__"))
     (docs / "index.md").write_text("# Tiny\n\n```{toctree}\nalpha\nbeta\n```\n")
     (docs / "alpha.md").write_text(_page("Alpha", "alpha"))
@@ -79,6 +77,12 @@ def tiny(tmp_path_factory) -> Tree:
     (pkg / "beta.py").write_text('"""Beta."""\nVALUE = "beta"\n')
     for name in ("noxfile.py", "pyproject.toml", "constraints.txt"):
         shutil.copy2(ROOT / name, src / name)
+    return src
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Tree:
+    src = _tiny_source(tmp_path_factory.mktemp("tiny-src"))
     return Tree(tmp_path_factory.mktemp("tiny") / "tree", source=src)
 
 
@@ -116,6 +120,44 @@ def test_editing_one_module_executes_only_its_importers(tiny, cold):
     assert set(tiny.sphinx(in_process=True).executed) == {"alpha"}
     # A module no page imports executes nothing.
     assert tiny.importers("explainers/deps.py") == set()
+
+
+@pytest.mark.slow
+def test_parallel_cold_build_from_a_clean_cache_succeeds(tmp_path):
+    """`-j 2`: workers share one new execution cache and start kernels at once (parallel_exec)."""
+    tree = Tree(tmp_path / "tree", source=_tiny_source(tmp_path / "src"))
+    b = tree.sphinx(["-j", "2"])  # a subprocess: Sphinx forks its workers
+    assert set(b.executed) == {"alpha", "beta"}
+
+
+def test_the_cache_database_exists_before_any_worker_reads(tmp_path, monkeypatch):
+    """Without this, two workers on a clean cache race to CREATE TABLE (jupyter-cache 1.0.1)."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "_ext"))
+    import parallel_exec
+
+    cache = tmp_path / ".jupyter_cache"
+    config = SimpleNamespace(nb_execution_mode="cache", nb_execution_cache_path=str(cache))
+    parallel_exec._create_cache_db(SimpleNamespace(config=config))
+    assert (cache / "global.db").is_file()
+
+
+def test_each_process_claims_its_own_block_of_kernel_ports():
+    import subprocess
+    import sys
+
+    code = "import parallel_exec as p; print(p.claim_block()); import sys; sys.stdout.flush(); input()"
+    env = {"PYTHONPATH": str(ROOT / "docs" / "_ext")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    try:
+        starts = [int(p.stdout.readline()) for p in procs]  # both alive, both holding a block
+    finally:
+        for p in procs:
+            p.communicate("\n", timeout=30)
+    assert starts[0] != starts[1]
+    assert all(20000 <= s < 32000 for s in starts)
 
 
 @pytest.mark.parametrize("module", [bench.floor, bench.report, bench.stats, bench.tree])
