@@ -12,6 +12,7 @@ the ratios see the same machine load.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -347,7 +348,9 @@ def parallel_experiments(ctx: Context, configs: dict[str, tuple[list[str], dict[
             try:
                 b = tree.nox_docs(extra, env)
             except Exception as exc:  # noqa: BLE001 - a port race or a crash is a result here
-                failures[name].append(str(exc).strip().splitlines()[-1][:200])
+                lines = str(exc).strip().splitlines()
+                cause = [ln for ln in lines if re.search(r"\w(Error|Exception)\b|WARNING|died", ln)]
+                failures[name].append((cause[0] if cause else lines[-1]).strip()[:200])
                 continue
             figs[name].samples.append(b.seconds)
             figs[name].cpu.append(b.cpu)
