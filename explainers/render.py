@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["arange_nd", "render", "ELLIPSIS"]
+__all__ = ["ELLIPSIS", "arange_nd", "morton_index", "picture_grid", "render", "split_pieces"]
 
 #: The cell that stands for the elements a summary leaves out.
 ELLIPSIS = "..."
@@ -238,3 +238,72 @@ def _join_vertical(blocks: list[list[str]], rules: int) -> list[str]:
             out.extend(sep)
         out.extend(b)
     return out
+
+
+# -- reading pictures back ------------------------------------------------------------
+
+
+def picture_grid(text: str) -> list[list[str]]:
+    """The cells of a drawing, row by row, with every separator removed.
+
+    Blank lines, ``:`` columns and dash lines are layout, not data, so
+    reading a picture back gives the 2-D grid a reader's eye sees.
+
+    >>> picture_grid(render(arange_nd(2, 2, 2)))
+    [['0', '1', '4', '5'], ['2', '3', '6', '7']]
+    """
+    rows = []
+    for line in text.splitlines():
+        cells = [c for c in line.split() if c.strip(":") and set(c) != {"-"}]
+        if cells:
+            rows.append(cells)
+    return rows
+
+
+def morton_index(row: int, col: int, ndim: int) -> int:
+    """Interleave the bits of ``col`` (dims 0, 2, 4, ... from the last) and ``row``.
+
+    For an all-size-2 tensor with ``ndim`` dims, the element drawn at
+    (``row``, ``col``) is the one with this flat index: the picture is a
+    Morton (Z-order) curve.
+
+    >>> [morton_index(0, c, 2) for c in range(2)], [morton_index(1, c, 2) for c in range(2)]
+    ([0, 1], [2, 3])
+    >>> morton_index(1, 1, 4)  # row 1 is dim 2, col 1 is dim 3
+    3
+    >>> morton_index(0, 2, 4)  # col bit 1 is dim 1
+    4
+    """
+    index = 0
+    col_bits, row_bits = (ndim + 1) // 2, ndim // 2
+    for k in range(ndim):  # k counts dims from the last one
+        source, bit = (col, k // 2) if k % 2 == 0 else (row, k // 2)
+        limit = col_bits if k % 2 == 0 else row_bits
+        if bit < limit and source >> bit & 1:
+            index |= 1 << k
+    return index
+
+
+def split_pieces(shape: Sequence[int], dim: int) -> np.ndarray:
+    """Label every element with the piece ``torch.split(x, 1, dim)`` puts it in.
+
+    Pieces are lettered ``a``, ``b``, ... so a drawing of the labels shows
+    where the cuts fall.
+
+    >>> print(render(split_pieces((2, 3), dim=1)))
+    a  b  c
+    a  b  c
+    >>> split_pieces((2, 3), dim=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: split_pieces: dim 2 is out of range for a 2-D shape (2, 3)
+    """
+    shape = tuple(shape)
+    if not -len(shape) <= dim < len(shape):
+        raise ValueError(f"split_pieces: dim {dim} is out of range for a {len(shape)}-D shape {shape}")
+    if shape[dim] > 26:
+        raise ValueError(f"split_pieces: at most 26 pieces can be lettered, dim {dim} has {shape[dim]}")
+    index = np.indices(shape)[dim]
+    labels = np.empty(shape, dtype=object)
+    labels[...] = np.vectorize(lambda i: chr(ord("a") + i), otypes=[object])(index) if index.size else index
+    return labels
