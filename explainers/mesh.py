@@ -30,6 +30,8 @@ __all__ = [
     "from_local",
     "make_mesh",
     "merge_steps",
+    "per_rank_int",
+    "rank_local",
     "rank_listing",
     "rank_states",
     "redistribute",
@@ -407,6 +409,31 @@ def rank_local(values_per_rank: Sequence[Sequence[Any]]) -> Any:
     if local_tensor_mode() is not None:
         return rank_map(lambda r: torch.tensor(values_per_rank[r]))
     return torch.tensor(values_per_rank[dist.get_rank()])
+
+
+def per_rank_int(value: Any, world_size: int | None = None) -> dict[int, int]:
+    """``{rank: int}`` for a size or rank that may differ per simulated rank.
+
+    Under ``LocalTensorMode`` such values are ``SymInt`` backed by a
+    ``LocalIntNode`` (torch 2.14.1); a plain int is the same on every rank.
+
+    >>> import torch.distributed as dist
+    >>> with simulated_world(4):
+    ...     per_rank_int(dist.get_rank()), per_rank_int(7)
+    ({0: 0, 1: 1, 2: 2, 3: 3}, {0: 7, 1: 7, 2: 7, 3: 7})
+    """
+    import torch
+    import torch.distributed as dist
+
+    if isinstance(value, torch.SymInt):
+        local_ints = getattr(value.node, "_local_ints", None)
+        if local_ints is None:
+            raise TypeError(f"{value!r} is a SymInt without per-rank values (not a LocalIntNode)")
+        return {int(r): int(v) for r, v in sorted(local_ints.items())}
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"per_rank_int expects an int or a SymInt, got {type(value).__name__}")
+    n = world_size if world_size is not None else dist.get_world_size()
+    return dict.fromkeys(range(n), value)
 
 
 # -- per-rank view of a step ----------------------------------------------------------
