@@ -38,6 +38,8 @@ __all__ = [
     "render_step",
     "simulated_mesh",
     "simulated_world",
+    "snapshot",
+    "describe_step",
     "walkthrough",
 ]
 
@@ -571,6 +573,33 @@ def rank_states(x: Any, root: Any) -> tuple[RankState, ...]:
     )
 
 
+def snapshot(x: Any, mesh: Any, label: str = "") -> Step:
+    """A :class:`Step` holding what every rank has of ``x`` now (no code, no collective).
+
+    ``mesh`` is the root mesh, whose coordinates place the ranks in drawings.
+
+    >>> from torch.distributed.tensor import Shard, distribute_tensor
+    >>> from explainers.render import arange_nd
+    >>> with simulated_mesh((2, 2), ("a", "b")) as mesh:
+    ...     snap = snapshot(distribute_tensor(arange_nd(8), mesh, [Shard(0), Shard(0)]), mesh)
+    >>> print(render_step(snap))  # blocks along a, rows along b, each row one rank's local
+    0  1    4  5
+    2  3    6  7
+    """
+    from torch.distributed.tensor import DTensor
+
+    return Step(
+        label=label,
+        phase="",
+        code="",
+        mesh_dims=tuple(mesh.mesh_dim_names or range(mesh.ndim)),
+        mesh_shape=tuple(mesh.shape),
+        submesh=tuple(x.device_mesh.mesh_dim_names) if isinstance(x, DTensor) else None,
+        redistribution=None,
+        ranks=rank_states(x, mesh),
+    )
+
+
 def merge_steps(per_rank_runs: Sequence[Sequence[Step]]) -> list[Step]:
     """Combine the steps recorded by each real process into steps holding all ranks.
 
@@ -646,6 +675,15 @@ def rank_listing(step: Step) -> str:
         values = " ".join(str(v) for v in _flatten(r.values))
         lines.append(f"rank {r.rank}  ({coord})  {placements:<13} {str(r.shape):<6} {values}")
     return "\n".join(lines)
+
+
+def describe_step(step: Step) -> str:
+    """The step's line from the notes, the collective it ran, and the drawing."""
+    parts = [step.code]
+    if step.redistribution is not None:
+        parts.append(step.redistribution.sentence())
+    parts.append(render_step(step))
+    return "\n\n".join(parts)
 
 
 def _flatten(values: Any) -> Iterator[Any]:
