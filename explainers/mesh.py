@@ -35,6 +35,7 @@ __all__ = [
     "rank_listing",
     "rank_states",
     "redistribute",
+    "redistribute_log",
     "render_step",
     "simulated_mesh",
     "simulated_world",
@@ -391,7 +392,42 @@ class Redistribution:
                 f"chunk of what it already holds ({move})."
             )
         ops = ", ".join(f"{op} ×{n}" for op, n in self.comms.items())
-        return f"{ops} over mesh dim {dims} of {mesh} ({move})."
+        dim_word = "dims" if len(self.changed) > 1 else "dim"
+        return f"{ops} over mesh {dim_word} {dims} of {mesh} ({move})."
+
+
+@contextmanager
+def redistribute_log() -> Iterator[list[str]]:
+    """Collect what DTensor's redistribute logs, instead of printing it to stderr.
+
+    In torch 2.14.1 ``torch.distributed.tensor._redistribute`` logs a warning
+    (once per mesh and dims) when a multi-dim change runs as several
+    sequential collectives.  Inside this block those messages are appended to
+    the yielded list and do not propagate to torch's stderr handler.
+
+    >>> import logging
+    >>> with redistribute_log() as messages:
+    ...     logging.getLogger("torch.distributed.tensor._redistribute").warning("hi %d", 1)
+    >>> messages
+    ['hi 1']
+    """
+    import logging
+
+    logger = logging.getLogger("torch.distributed.tensor._redistribute")
+    messages: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler, propagate = _Keep(logging.INFO), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def rank_local(values_per_rank: Sequence[Sequence[Any]]) -> Any:
