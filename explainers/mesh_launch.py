@@ -152,6 +152,9 @@ def save_record(run: RealRun, numel: int) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)  # atomic: a reader never sees half a record
+    for stale in d.glob(f"walkthrough-{numel}-*.json"):
+        if stale != path:  # recorded by older code or another torch: never read again
+            stale.unlink(missing_ok=True)
     return path
 
 
