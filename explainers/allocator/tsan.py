@@ -1,0 +1,276 @@
+"""Parse ThreadSanitizer reports into records.
+
+TSAN writes one block per warning between lines of ``=`` signs::
+
+    WARNING: ThreadSanitizer: data race (pid=4952)
+      Write of size 1 at 0x7b24... by thread T1 (mutexes: write M24):
+        #0 PlainAtomic<bool>::store(...) harness.cpp:33 (harness+0x5deb)
+        #1 get_free_block overlay/ATen/core/CachingHostAllocator.h:709 (...)
+      Previous read of size 1 at 0x7b24... by thread T3 (mutexes: write M25, write M27):
+        ...
+      Mutex M24 (0x7b90...) created at:
+        ...
+    SUMMARY: ThreadSanitizer: data race harness.cpp:33 in PlainAtomic<bool>::store(...)
+
+and, when any warning was printed, ``ThreadSanitizer: reported N warnings``
+at exit.  This module knows the format, not the allocator: naming fields and
+roles is :mod:`explainers.allocator.races`' job.
+
+>>> log = parse_tsan(SAMPLE)
+>>> r = log.reports[0]
+>>> r.kind, r.current.kind, r.current.size, r.current.thread, r.current.mutexes
+('data race', 'write', 1, 'T1', (('write', 'M24'),))
+>>> r.previous.kind, r.previous.thread, [f.function for f in r.previous.frames]
+('read', 'T3', ['getSegments'])
+>>> r.mutex_stacks["M24"][0].line, r.complete, log.truncated
+(697, True, False)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "SAMPLE"]
+
+SAMPLE = """\
+==================
+WARNING: ThreadSanitizer: data race (pid=1)
+  Write of size 1 at 0x7b2400000038 by thread T1 (mutexes: write M24):
+    #0 get_free_block overlay/ATen/core/CachingHostAllocator.h:709 (h+0x5deb)
+
+  Previous read of size 1 at 0x7b2400000038 by thread T3 (mutexes: write M25, write M27):
+    #0 getSegments overlay/ATen/core/CachingHostAllocator.h:1153 (h+0xb44d)
+
+  Mutex M24 (0x7b9000000300) created at:
+    #0 get_free_block overlay/ATen/core/CachingHostAllocator.h:697 (h+0x5a3a)
+
+SUMMARY: ThreadSanitizer: data race overlay/ATen/core/CachingHostAllocator.h:709 in get_free_block
+==================
+ThreadSanitizer: reported 1 warnings
+"""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame: ``#index function file:line (module+offset)``.
+
+    >>> Frame.parse("    #2 run_worker harness.cpp:112 (h+0x12ad8)")
+    Frame(index=2, function='run_worker', file='harness.cpp', line=112)
+    >>> Frame.parse("    #8 <null> <null> (libstdc++.so.6+0xd44a2)")
+    Frame(index=8, function='<null>', file=None, line=None)
+    """
+
+    index: int
+    function: str
+    file: str | None
+    line: int | None
+
+    # "#N <function, may contain spaces> <file>:<line>[:<col>] (<module>+0x..)"
+    _RX = re.compile(
+        r"^\s*#(?P<i>\d+)\s+(?P<rest>.*?)(?:\s+\((?P<mod>[^()]*\+0x[0-9a-f]+)\))?\s*$"
+    )
+    _LOC = re.compile(r"^(?P<fn>.*)\s+(?P<file>\S+?):(?P<line>\d+)(?::\d+)?$")
+
+    @classmethod
+    def parse(cls, text: str) -> Frame | None:
+        m = cls._RX.match(text)
+        if not m:
+            return None
+        rest = m.group("rest")
+        loc = cls._LOC.match(rest)
+        if loc:
+            return cls(int(m.group("i")), loc.group("fn").strip(), loc.group("file"), int(loc.group("line")))
+        fn = rest.rsplit(" <null>", 1)[0] if rest.endswith("<null>") else rest
+        return cls(int(m.group("i")), fn.strip(), None, None)
+
+    def where(self) -> str:
+        """``file:line`` with the file's base name, or ``?``.
+
+        >>> Frame(0, "f", "/a/b/CachingHostAllocator.h", 709).where()
+        'CachingHostAllocator.h:709'
+        """
+        if self.file is None:
+            return "?"
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Access:
+    """One side of a data race."""
+
+    kind: str  # "read" or "write"
+    atomic: bool
+    size: int
+    address: str
+    thread: str  # "T1", ..., or "main"
+    mutexes: tuple[tuple[str, str], ...]  # (("write", "M24"), ...): held during the access
+    frames: tuple[Frame, ...]
+    previous: bool
+    stack_restored: bool = True
+
+
+@dataclass
+class Report:
+    """One ``WARNING: ThreadSanitizer: ...`` block."""
+
+    kind: str  # "data race", "heap-use-after-free", ...
+    current: Access | None = None
+    previous: Access | None = None
+    location: str | None = None
+    mutex_stacks: dict[str, tuple[Frame, ...]] = field(default_factory=dict)
+    thread_stacks: dict[str, tuple[Frame, ...]] = field(default_factory=dict)
+    summary: str | None = None
+    complete: bool = False  # saw SUMMARY and the closing rule
+    text: str = ""
+
+
+@dataclass
+class TsanLog:
+    """All reports of one run."""
+
+    reports: list[Report]
+    warnings_reported: int | None  # from "ThreadSanitizer: reported N warnings"
+    truncated: bool  # the last report was cut off
+
+    @property
+    def data_races(self) -> list[Report]:
+        return [r for r in self.reports if r.kind == "data race" and r.current and r.previous]
+
+
+_ACCESS = re.compile(
+    r"^\s*(?P<prev>Previous )?(?P<atomic>[Aa]tomic )?(?P<kind>[Rr]ead|[Ww]rite) of size (?P<size>\d+) "
+    r"at (?P<addr>0x[0-9a-f]+) by (?:thread (?P<tid>T\d+)|(?P<main>main) thread)"
+    r"(?: \(mutexes: (?P<mx>[^)]*)\))?:\s*$"
+)
+_WARNING = re.compile(r"^WARNING: ThreadSanitizer: (?P<kind>[^(]+?)\s*(?:\(pid=\d+\))?\s*$")
+_MUTEX = re.compile(r"^\s*Mutex (?P<id>M\d+) \(0x[0-9a-f]+\) created at:")
+_THREAD = re.compile(r"^\s*Thread (?P<id>T\d+) \(tid=\d+, [^)]*\) created by")
+_REPORTED = re.compile(r"^ThreadSanitizer: reported (\d+) warnings?")
+
+
+def _mutex_list(text: str | None) -> tuple[tuple[str, str], ...]:
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        words = part.split()
+        if len(words) == 2:
+            out.append((words[0], words[1]))
+    return tuple(out)
+
+
+def parse_tsan(text: str) -> TsanLog:
+    """Parse TSAN's stderr into a :class:`TsanLog`; never raises on odd input.
+
+    A report cut off before its ``SUMMARY`` (a killed process, a size-limited
+    log) is kept with ``complete=False`` and the log is flagged ``truncated``:
+
+    >>> cut = parse_tsan(SAMPLE[:300])
+    >>> len(cut.reports), cut.reports[0].complete, cut.truncated, cut.warnings_reported
+    (1, False, True, None)
+    >>> parse_tsan("").reports
+    []
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse_tsan expects the report text as str, got {type(text).__name__}")
+    reports: list[Report] = []
+    warnings_reported = None
+    cur: Report | None = None
+    lines_of_cur: list[str] = []
+    # What the following "#N" frames belong to.
+    stack: list[Frame] | None = None
+    sink = None  # callable taking the finished frame tuple
+
+    def flush_stack():
+        nonlocal stack, sink
+        if stack is not None and sink is not None:
+            sink(tuple(stack))
+        stack, sink = None, None
+
+    def finish():
+        nonlocal cur
+        flush_stack()
+        if cur is not None:
+            cur.text = "\n".join(lines_of_cur).rstrip("\n")
+            reports.append(cur)
+        cur = None
+
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = _WARNING.match(line)
+        if m:
+            finish()
+            cur = Report(kind=m.group("kind").strip())
+            lines_of_cur = ["=" * 18, line]
+            continue
+        m = _REPORTED.match(line)
+        if m:
+            finish()
+            warnings_reported = int(m.group(1))
+            continue
+        if cur is None:
+            continue
+        if line.startswith("=" * 10):
+            if cur.summary is not None:
+                lines_of_cur.append(line)
+                cur.complete = True
+                finish()
+            continue
+        lines_of_cur.append(line)
+        if line.startswith("SUMMARY: ThreadSanitizer:"):
+            flush_stack()
+            cur.summary = line.split("SUMMARY: ThreadSanitizer:", 1)[1].strip()
+            continue
+        fr = Frame.parse(line) if line.lstrip().startswith("#") else None
+        if fr is not None and stack is not None:
+            stack.append(fr)
+            continue
+        if "[failed to restore the stack]" in line and stack is not None:
+            continue
+        m = _ACCESS.match(line)
+        if m:
+            flush_stack()
+            is_prev = bool(m.group("prev"))
+            base = dict(
+                kind=m.group("kind").lower(),
+                atomic=bool(m.group("atomic")),
+                size=int(m.group("size")),
+                address=m.group("addr"),
+                thread=m.group("tid") or "main",
+                mutexes=_mutex_list(m.group("mx")),
+                previous=is_prev,
+            )
+            stack = []
+
+            def set_access(frames, base=base, is_prev=is_prev):
+                acc = Access(frames=frames, stack_restored=bool(frames), **base)
+                if is_prev:
+                    cur.previous = acc
+                else:
+                    cur.current = acc
+
+            sink = set_access
+            continue
+        m = _MUTEX.match(line)
+        if m:
+            flush_stack()
+            stack = []
+            sink = lambda frames, k=m.group("id"): cur.mutex_stacks.__setitem__(k, frames)  # noqa: E731
+            continue
+        m = _THREAD.match(line)
+        if m:
+            flush_stack()
+            stack = []
+            sink = lambda frames, k=m.group("id"): cur.thread_stacks.__setitem__(k, frames)  # noqa: E731
+            continue
+        if line.strip().startswith("Location is"):
+            flush_stack()
+            cur.location = line.strip().rstrip(":")
+            stack, sink = [], (lambda frames: None)
+            continue
+        if not line.strip():
+            flush_stack()
+    finish()
+    truncated = bool(reports) and not reports[-1].complete
+    return TsanLog(reports, warnings_reported, truncated)
