@@ -17,6 +17,7 @@ g++ -std=c++17 -fsanitize=thread -g -O1 -Wno-interference-size -I"$TORCH/include
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CompilerNotFoundError, TsanUnsupportedError
+from .errors import CompilerNotFoundError, HarnessFailedError, TsanUnsupportedError
 from .overlay import revert_fix, sed_command
 from .torchpaths import HEADER_RELPATH, TorchInstall, check_snapshot_code
 
@@ -232,35 +233,34 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
         info = json.loads(meta.read_text())
         return Build(spec, folder, True, info["compile_seconds"], tuple(map(tuple, changes)))
 
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
-    try:
-        shutil.copyfile(HARNESS, tmp / "harness.cpp")
-        env = dict(os.environ, TORCH=str(spec.torch.root), PATH=os.path.dirname(gxx) + os.pathsep + os.environ.get("PATH", ""))
+    folder.mkdir(parents=True, exist_ok=True)
+    # Build in place (debug info records this folder, so TSAN's file names stay
+    # valid), under a lock so two processes never write the same folder.
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if meta.is_file() and (folder / spec.binary).is_file():
+            info = json.loads(meta.read_text())
+            return Build(spec, folder, True, info["compile_seconds"], tuple(map(tuple, changes)))
+        shutil.copyfile(HARNESS, folder / "harness.cpp")
+        env = dict(os.environ, TORCH=str(spec.torch.root))
+        env["PATH"] = os.path.dirname(gxx) + os.pathsep + env.get("PATH", "")
         t0 = time.perf_counter()
         res = subprocess.run(
-            ["bash", "-e", "-c", spec.script()], cwd=tmp, env=env,
+            ["bash", "-e", "-c", spec.script()], cwd=folder, env=env,
             capture_output=True, text=True, timeout=300,
         )
         seconds = time.perf_counter() - t0
         if res.returncode != 0:
-            raise TsanUnsupportedError(
+            err = TsanUnsupportedError if "tsan" in res.stderr.lower() else HarnessFailedError
+            raise err(
                 f"building the {spec.variant!r} harness failed (exit {res.returncode}):\n"
-                f"{res.stderr[-3000:]}\nIf the error names libtsan: {_TSAN_HINT}"
+                f"{res.stderr[-3000:]}" + (f"\n{_TSAN_HINT}" if err is TsanUnsupportedError else "")
             )
         if spec.variant == "fix reverted":
-            made = (tmp / "overlay" / HEADER_RELPATH).read_text()
+            made = (folder / "overlay" / HEADER_RELPATH).read_text()
             if made != overlay_text:
                 raise RuntimeError("sed and Python disagree on the overlay; please report this")
-        meta_tmp = tmp / "build.json"
-        meta_tmp.write_text(json.dumps({"compile_seconds": seconds, "script": spec.script(),
-                                        "compiler": compiler_version}))
-        try:
-            tmp.rename(folder)
-        except OSError:
-            # Another process finished the same build first; use theirs.
-            shutil.rmtree(tmp, ignore_errors=True)
+        # Written last: its presence marks a complete build.
+        meta.write_text(json.dumps({"compile_seconds": seconds, "script": spec.script(),
+                                    "compiler": compiler_version}))
         return Build(spec, folder, False, seconds, tuple(map(tuple, changes)))
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -135,7 +135,11 @@ class TsanLog:
 
     @property
     def data_races(self) -> list[Report]:
-        return [r for r in self.reports if r.kind == "data race" and r.current and r.previous]
+        """Complete data-race reports (a truncated one may lack its second access)."""
+        return [
+            r for r in self.reports
+            if r.kind == "data race" and r.complete and r.current and r.previous
+        ]
 
 
 _ACCESS = re.compile(
@@ -143,7 +147,7 @@ _ACCESS = re.compile(
     r"at (?P<addr>0x[0-9a-f]+) by (?:thread (?P<tid>T\d+)|(?P<main>main) thread)"
     r"(?: \(mutexes: (?P<mx>[^)]*)\))?:\s*$"
 )
-_WARNING = re.compile(r"^WARNING: ThreadSanitizer: (?P<kind>[^(]+?)\s*(?:\(pid=\d+\))?\s*$")
+_WARNING = re.compile(r"^WARNING: ThreadSanitizer: (?P<kind>[^(]+?)\s*(?:\(.*)?$")
 _MUTEX = re.compile(r"^\s*Mutex (?P<id>M\d+) \(0x[0-9a-f]+\) created at:")
 _THREAD = re.compile(r"^\s*Thread (?P<id>T\d+) \(tid=\d+, [^)]*\) created by")
 _REPORTED = re.compile(r"^ThreadSanitizer: reported (\d+) warnings?")
