@@ -36,6 +36,8 @@ __all__ = [
     "load_sources",
     "mutex_name",
     "role_of",
+    "records_markdown",
+    "timeline_markdown",
 ]
 
 HEADER = "CachingHostAllocator.h"
@@ -212,3 +214,65 @@ def group_by_family(records: Iterable[RaceRecord]) -> dict[str, list[RaceRecord]
             if r.family == key:
                 out.setdefault(key, []).append(r)
     return out
+
+
+def _frames_md(side: Side) -> str:
+    return " ← ".join(f"`{f.function}` L{f.line}" for f in side.frames) or "?"
+
+
+def _mutexes_md(side: Side) -> str:
+    return ", ".join(f"`{m}`" for m in side.mutexes) or "none"
+
+
+def records_markdown(records: Iterable[RaceRecord]) -> str:
+    """A Markdown table, two rows per race (the later access, then the earlier one).
+
+    >>> s = Side("worker (allocate/free)", "T1", "write", 1, (Frame(1, "get_free_block", "CachingHostAllocator.h", 709),), ("m",))
+    >>> print(records_markdown([RaceRecord("allocated_", "A", s, s, "")]).splitlines()[2])
+    | A | `allocated_` | write, 1 B | T1 worker (allocate/free) | `get_free_block` L709 | `m` |
+    """
+    rows = [
+        "| family | field | access | thread | top frames in the header | mutexes held |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        for i, side in enumerate((rec.current, rec.previous)):
+            fam, fld = (rec.family, f"`{rec.field}`") if i == 0 else ("", "")
+            when = "" if i == 0 else "earlier "
+            rows.append(
+                f"| {fam} | {fld} | {when}{side.kind}, {side.size} B | {side.thread} {side.role} | "
+                f"{_frames_md(side)} | {_mutexes_md(side)} |"
+            )
+    return "\n".join(rows)
+
+
+def timeline_markdown(rec: RaceRecord) -> str:
+    """A two-thread timeline of one race as a Markdown table (earlier access first).
+
+    >>> a = Side("snapshotter (getSegments)", "T3", "read", 1, (Frame(1, "getSegments", "h", 1153),), ("b",))
+    >>> b = Side("worker (allocate/free)", "T1", "write", 1, (Frame(1, "get_free_block", "h", 709),), ("f",))
+    >>> print(timeline_markdown(RaceRecord("allocated_", "A", b, a, "")))
+    | | T3 snapshotter (getSegments) | T1 worker (allocate/free) |
+    |---|---|---|
+    | 1 | holds `b`; **reads** `allocated_` in `getSegments` (L1153) | |
+    | 2 | releases `b` | |
+    | 3 | | holds `f`; **writes** `allocated_` in `get_free_block` (L709) |
+    | ⇒ | no mutex in common, so nothing orders step 1 before step 3 | TSAN: data race |
+    """
+    first, second = rec.previous, rec.current
+
+    def act(side: Side) -> str:
+        held = f"holds {_mutexes_md(side)}; " if side.mutexes else "holds no lock; "
+        verb = {"read": "reads", "write": "writes"}.get(side.kind.split()[-1], side.kind)
+        where = f" in `{side.frames[0].function}` (L{side.frames[0].line})" if side.frames else ""
+        return f"{held}**{verb}** `{rec.field}`{where}"
+
+    rel = f"releases {_mutexes_md(first)}" if first.mutexes else "(no lock to release)"
+    return "\n".join([
+        f"| | {first.thread} {first.role} | {second.thread} {second.role} |",
+        "|---|---|---|",
+        f"| 1 | {act(first)} | |",
+        f"| 2 | {rel} | |",
+        f"| 3 | | {act(second)} |",
+        "| ⇒ | no mutex in common, so nothing orders step 1 before step 3 | TSAN: data race |",
+    ])

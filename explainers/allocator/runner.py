@@ -28,7 +28,7 @@ from .races import RaceRecord, classify, group_by_family, load_sources
 from .torchpaths import TorchInstall, find_torch
 from .tsan import TsanLog, parse_tsan
 
-__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "reproduce"]
+__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "reproduce", "reader_script"]
 
 #: Keep running after the first report so one run can show every race.
 TSAN_OPTIONS = "halt_on_error=0"
@@ -161,3 +161,27 @@ def reproduce(
     while len(reverted.runs) < max_attempts and not {"A", "B"} <= reverted.final.families:
         reverted.runs.append(run_build(reverted_b, iterations, max_seconds, sources))
     return Reproduction(torch, version, shipped, reverted, time.perf_counter() - t0)
+
+
+def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: float = 3.0) -> str:
+    """The whole reproduction as one copy-ready shell script.
+
+    It is assembled from the very strings the runner executes
+    (:meth:`BuildSpec.script` and :func:`run_command`); only the first line,
+    which finds torch, is added.
+
+    >>> s = reader_script(TorchInstall(Path("/t"), "2.14.1"), 2000, 3.0)
+    >>> s.splitlines()[2].startswith("TORCH=$(python -c")
+    True
+    >>> s.count("g++ "), s.count("./harness-")
+    (2, 2)
+    """
+    lines = [
+        "# In a folder holding harness.cpp (shown above); needs g++ with libtsan",
+        f"# and torch {torch.version.split('+')[0]}.",
+        "TORCH=$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')",
+    ]
+    for variant in ("shipped", "fix reverted"):
+        spec = BuildSpec(variant, torch)
+        lines += ["", f"# {variant}", spec.script(), run_command(iterations, max_seconds, spec.binary)]
+    return "\n".join(lines)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "SAMPLE"]
+__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "trim_report", "SAMPLE"]
 
 SAMPLE = """\
 ==================
@@ -278,3 +278,57 @@ def parse_tsan(text: str) -> TsanLog:
     finish()
     truncated = bool(reports) and not reports[-1].complete
     return TsanLog(reports, warnings_reported, truncated)
+
+
+_OFFSET = re.compile(r"\s+\([^()\s]+\+0x[0-9a-f]+\)$")
+
+
+def trim_report(report: Report, keep_frames: int = 3, strip_prefix: str | None = None,
+                drop: tuple[str, ...] = ("Location is", "Thread T")) -> str:
+    """A shorter copy of a report's text for display; nothing is reworded.
+
+    Keeps the first *keep_frames* frames of every stack (then ``...``), drops
+    the ``(module+0xoffset)`` suffixes and the sections whose first line
+    starts with one of *drop*, and removes *strip_prefix* from paths.
+
+    >>> print(trim_report(parse_tsan(SAMPLE).reports[0], keep_frames=1, strip_prefix="overlay/"))
+    ==================
+    WARNING: ThreadSanitizer: data race (pid=1)
+      Write of size 1 at 0x7b2400000038 by thread T1 (mutexes: write M24):
+        #0 get_free_block ATen/core/CachingHostAllocator.h:709
+    <BLANKLINE>
+      Previous read of size 1 at 0x7b2400000038 by thread T3 (mutexes: write M25, write M27):
+        #0 getSegments ATen/core/CachingHostAllocator.h:1153
+    <BLANKLINE>
+      Mutex M24 (0x7b9000000300) created at:
+        #0 get_free_block ATen/core/CachingHostAllocator.h:697
+    <BLANKLINE>
+    SUMMARY: ThreadSanitizer: data race overlay/ATen/core/CachingHostAllocator.h:709 in get_free_block
+    ==================
+    """
+    if keep_frames < 1:
+        raise ValueError(f"keep_frames must be >= 1, got {keep_frames}")
+    out: list[str] = []
+    frames_seen = 0
+    skipping = False
+    for line in report.text.splitlines():
+        stripped = line.strip()
+        if line.startswith("  ") and not line.startswith("   ") and stripped:
+            # A section header ("  Write of size ...", "  Mutex M1 ...").
+            skipping = stripped.startswith(drop)
+            frames_seen = 0
+        if skipping:
+            if not stripped:
+                skipping = False
+            continue
+        if stripped.startswith("#"):
+            frames_seen += 1
+            if frames_seen > keep_frames:
+                if frames_seen == keep_frames + 1:
+                    out.append("    ...")
+                continue
+            line = _OFFSET.sub("", line)
+            if strip_prefix:
+                line = line.replace(strip_prefix, "")
+        out.append(line)
+    return "\n".join(out)
