@@ -138,7 +138,7 @@ def test_overlay_changes_only_the_four_declarations(torch_install):
     out, changes = revert_fix(text)
     assert len(out.split("\n")) == len(text.split("\n"))
     assert [c[0] for c in changes] == [46, 1296, 1297, 1298]
-    diff = [i for i, (a, b) in enumerate(zip(text.split("\n"), out.split("\n"))) if a != b]
+    diff = [i for i, (a, b) in enumerate(zip(text.split("\n"), out.split("\n"), strict=True)) if a != b]
     assert [i + 1 for i in diff] == [46, 1296, 1297, 1298]
     assert all("PlainAtomic<" in after and "std::atomic" not in after for _, _, after in changes)
 

@@ -216,6 +216,14 @@ def group_by_family(records: Iterable[RaceRecord]) -> dict[str, list[RaceRecord]
     return out
 
 
+def _function_md(side: Side) -> str:
+    # A lambda shows up as `operator()`; name it after its enclosing function.
+    f = side.frames[0]
+    if f.function == "operator()" and len(side.frames) > 1:
+        return f"a lambda in `{side.frames[1].function}`"
+    return f"`{f.function}`"
+
+
 def _frames_md(side: Side) -> str:
     return " ← ".join(f"`{f.function}` L{f.line}" for f in side.frames) or "?"
 
@@ -264,7 +272,7 @@ def timeline_markdown(rec: RaceRecord) -> str:
     def act(side: Side) -> str:
         held = f"holds {_mutexes_md(side)}; " if side.mutexes else "holds no lock; "
         verb = {"read": "reads", "write": "writes"}.get(side.kind.split()[-1], side.kind)
-        where = f" in `{side.frames[0].function}` (L{side.frames[0].line})" if side.frames else ""
+        where = f" in {_function_md(side)} (L{side.frames[0].line})" if side.frames else ""
         return f"{held}**{verb}** `{rec.field}`{where}"
 
     rel = f"releases {_mutexes_md(first)}" if first.mutexes else "(no lock to release)"

@@ -173,7 +173,7 @@ def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: floa
     >>> s = reader_script(TorchInstall(Path("/t"), "2.14.1"), 2000, 3.0)
     >>> s.splitlines()[2].startswith("TORCH=$(python -c")
     True
-    >>> s.count("g++ "), s.count("./harness-")
+    >>> sum(ln.startswith("g++ ") for ln in s.splitlines()), s.count("./harness-")
     (2, 2)
     """
     lines = [

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "trim_report", "SAMPLE"]
+__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "trim_report", "RUNTIME_PREFIXES", "SAMPLE"]
 
 SAMPLE = """\
 ==================
@@ -182,17 +182,29 @@ def parse_tsan(text: str) -> TsanLog:
     warnings_reported = None
     cur: Report | None = None
     lines_of_cur: list[str] = []
-    # What the following "#N" frames belong to.
+    # The stack being read, and what it belongs to: ("access", fields of the
+    # access line), ("mutex", id), ("thread", id) or ("ignore", None).
     stack: list[Frame] | None = None
-    sink = None  # callable taking the finished frame tuple
+    target: tuple[str, object] = ("ignore", None)
 
-    def flush_stack():
-        nonlocal stack, sink
-        if stack is not None and sink is not None:
-            sink(tuple(stack))
-        stack, sink = None, None
+    def flush_stack() -> None:
+        nonlocal stack, target
+        if stack is not None and cur is not None:
+            what, key = target
+            frames = tuple(stack)
+            if what == "access":
+                acc = Access(frames=frames, stack_restored=bool(frames), **key)
+                if acc.previous:
+                    cur.previous = acc
+                else:
+                    cur.current = acc
+            elif what == "mutex":
+                cur.mutex_stacks[key] = frames
+            elif what == "thread":
+                cur.thread_stacks[key] = frames
+        stack, target = None, ("ignore", None)
 
-    def finish():
+    def finish() -> None:
         nonlocal cur
         flush_stack()
         if cur is not None:
@@ -235,43 +247,27 @@ def parse_tsan(text: str) -> TsanLog:
         m = _ACCESS.match(line)
         if m:
             flush_stack()
-            is_prev = bool(m.group("prev"))
-            base = dict(
+            stack = []
+            target = ("access", dict(
                 kind=m.group("kind").lower(),
                 atomic=bool(m.group("atomic")),
                 size=int(m.group("size")),
                 address=m.group("addr"),
                 thread=m.group("tid") or "main",
                 mutexes=_mutex_list(m.group("mx")),
-                previous=is_prev,
-            )
-            stack = []
-
-            def set_access(frames, base=base, is_prev=is_prev):
-                acc = Access(frames=frames, stack_restored=bool(frames), **base)
-                if is_prev:
-                    cur.previous = acc
-                else:
-                    cur.current = acc
-
-            sink = set_access
+                previous=bool(m.group("prev")),
+            ))
             continue
-        m = _MUTEX.match(line)
+        m = _MUTEX.match(line) or _THREAD.match(line)
         if m:
             flush_stack()
             stack = []
-            sink = lambda frames, k=m.group("id"): cur.mutex_stacks.__setitem__(k, frames)  # noqa: E731
-            continue
-        m = _THREAD.match(line)
-        if m:
-            flush_stack()
-            stack = []
-            sink = lambda frames, k=m.group("id"): cur.thread_stacks.__setitem__(k, frames)  # noqa: E731
+            target = ("mutex" if m.re is _MUTEX else "thread", m.group("id"))
             continue
         if line.strip().startswith("Location is"):
             flush_stack()
             cur.location = line.strip().rstrip(":")
-            stack, sink = [], (lambda frames: None)
+            stack = []  # the allocation stack, not kept
             continue
         if not line.strip():
             flush_stack()
@@ -283,13 +279,21 @@ def parse_tsan(text: str) -> TsanLog:
 _OFFSET = re.compile(r"\s+\([^()\s]+\+0x[0-9a-f]+\)$")
 
 
+#: Frames from the sanitizer runtime and the C++ library: noise in a displayed report.
+RUNTIME_PREFIXES = ("../../../../src/libsanitizer", "/usr/include/", "/usr/lib/")
+
+
 def trim_report(report: Report, keep_frames: int = 3, strip_prefix: str | None = None,
-                drop: tuple[str, ...] = ("Location is", "Thread T")) -> str:
+                drop: tuple[str, ...] = ("Location is", "Thread T"),
+                skip_runtime: bool = True) -> str:
     """A shorter copy of a report's text for display; nothing is reworded.
 
     Keeps the first *keep_frames* frames of every stack (then ``...``), drops
     the ``(module+0xoffset)`` suffixes and the sections whose first line
-    starts with one of *drop*, and removes *strip_prefix* from paths.
+    starts with one of *drop*, and removes *strip_prefix* from paths.  With
+    *skip_runtime*, frames in the sanitizer runtime or the C++ library (such
+    as ``pthread_mutex_lock`` under a ``std::lock_guard``) are left out and
+    marked ``...``.
 
     >>> print(trim_report(parse_tsan(SAMPLE).reports[0], keep_frames=1, strip_prefix="overlay/"))
     ==================
@@ -303,7 +307,7 @@ def trim_report(report: Report, keep_frames: int = 3, strip_prefix: str | None =
       Mutex M24 (0x7b9000000300) created at:
         #0 get_free_block ATen/core/CachingHostAllocator.h:697
     <BLANKLINE>
-    SUMMARY: ThreadSanitizer: data race overlay/ATen/core/CachingHostAllocator.h:709 in get_free_block
+    SUMMARY: ThreadSanitizer: data race ATen/core/CachingHostAllocator.h:709 in get_free_block
     ==================
     """
     if keep_frames < 1:
@@ -311,24 +315,32 @@ def trim_report(report: Report, keep_frames: int = 3, strip_prefix: str | None =
     out: list[str] = []
     frames_seen = 0
     skipping = False
+    elided = False
     for line in report.text.splitlines():
         stripped = line.strip()
         if line.startswith("  ") and not line.startswith("   ") and stripped:
             # A section header ("  Write of size ...", "  Mutex M1 ...").
             skipping = stripped.startswith(drop)
             frames_seen = 0
+            elided = False
         if skipping:
             if not stripped:
                 skipping = False
             continue
         if stripped.startswith("#"):
-            frames_seen += 1
-            if frames_seen > keep_frames:
-                if frames_seen == keep_frames + 1:
+            frame = Frame.parse(line)
+            runtime = frame is not None and (
+                frame.file is None or frame.file.startswith(RUNTIME_PREFIXES)
+            )
+            if (skip_runtime and runtime) or frames_seen >= keep_frames:
+                if not elided:
                     out.append("    ...")
+                    elided = True
                 continue
+            frames_seen += 1
+            elided = False
             line = _OFFSET.sub("", line)
-            if strip_prefix:
-                line = line.replace(strip_prefix, "")
+        if strip_prefix:
+            line = line.replace(strip_prefix, "")
         out.append(line)
     return "\n".join(out)
