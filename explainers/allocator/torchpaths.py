@@ -13,13 +13,21 @@ Importing torch costs seconds and is not needed to compile against it:
 from __future__ import annotations
 
 import importlib.util
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SnapshotCodeMissingError, TorchHeadersNotFoundError
 
-__all__ = ["TorchInstall", "find_torch", "check_snapshot_code", "HEADER_RELPATH", "SNAPSHOT_MARKERS"]
+__all__ = [
+    "TorchInstall",
+    "find_torch",
+    "check_snapshot_code",
+    "libraries_instantiating",
+    "HEADER_RELPATH",
+    "SNAPSHOT_MARKERS",
+]
 
 #: Path of the allocator header below ``torch/include``.
 HEADER_RELPATH = "ATen/core/CachingHostAllocator.h"
@@ -112,3 +120,26 @@ def check_snapshot_code(header_text: str, where: str = "CachingHostAllocator.h")
             f"(missing: {', '.join(missing)}); this explainer needs torch 2.14 or later: "
             "pip install torch==2.14.1"
         )
+
+
+def libraries_instantiating(torch: TorchInstall, symbol: str = "CachingHostAllocatorImpl",
+                            libraries: tuple[str, ...] = ("libtorch_cpu.so", "libtorch_cuda.so"),
+                            ) -> dict[str, bool]:
+    """Which of *libraries* contain *symbol* in their (mangled) symbol names.
+
+    A header-only template exists in a library only where some backend
+    instantiated it.  Libraries absent from this wheel are left out.
+
+    >>> found = libraries_instantiating(find_torch())
+    >>> found.get("libtorch_cpu.so")
+    False
+    """
+    needle = symbol.encode()
+    out: dict[str, bool] = {}
+    for name in libraries:
+        path = torch.lib / name
+        if not path.is_file():
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            out[name] = m.find(needle) >= 0
+    return out
