@@ -16,6 +16,7 @@ Nothing here calls either function.
 from __future__ import annotations
 
 import inspect
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def inspect_python_api() -> PythonApi:
     doc = fn.__doc__ or ""
     documented = tuple(k for k in HOST_KEYS if f"``{k}``" in doc)
     lib = Path(mem.__file__).parents[1] / "lib" / "libtorch_python.so"
-    blob = lib.read_bytes() if lib.is_file() else b""
-    in_binary = tuple(k for k in HOST_KEYS if b"\0" + k.encode() + b"\0" in blob)
+    in_binary: tuple[str, ...] = ()
+    if lib.is_file():
+        with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            # NUL on both sides: the key as a whole C string, not a substring.
+            in_binary = tuple(k for k in HOST_KEYS if m.find(b"\0" + k.encode() + b"\0") >= 0)
     return PythonApi(sig, documented, in_binary, lib.name)
