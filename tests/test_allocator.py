@@ -236,3 +236,27 @@ def test_python_api_signature_and_keys():
     assert info.has_param("record_pinned_host_memory") and info.has_param("record_cuda")
     assert info.param_default("record_pinned_host_memory") is False
     assert info.documented_keys == HOST_KEYS == info.binary_keys
+
+
+# ---------------------------------------------------------------- runner arguments
+
+
+def test_runner_rejects_bad_bounds():
+    from explainers.allocator.runner import reproduce, run_build
+
+    with pytest.raises(ValueError, match="max_attempts"):
+        reproduce(max_attempts=0)
+    with pytest.raises(ValueError, match="iterations"):
+        run_build(None, 0, 1.0, {})
+    with pytest.raises(ValueError, match="max_seconds"):
+        run_build(None, 10, 600.0, {})
+
+
+def test_reader_script_is_the_runner_commands(torch_install):
+    from explainers.allocator.runner import reader_script, run_command
+
+    script = reader_script(torch_install, 123, 2.0)
+    for variant in B.VARIANTS:
+        spec = B.BuildSpec(variant, torch_install)
+        assert spec.script() in script
+        assert run_command(123, 2.0, spec.binary) in script
