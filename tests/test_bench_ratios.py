@@ -203,3 +203,35 @@ def test_every_page_weighs_at_most_1_5_MB_cold(site):
         if total + WEBFONT_ALLOWANCE > 1_500_000:
             heavy[page.name] = total
     assert heavy == {}, f"pages over 1.5 MB cold (bytes, before webfonts): {heavy}"
+
+
+# -- simulated mesh against 8 real gloo processes ---------------------------------------------
+
+
+@pytest.mark.site
+def test_simulated_mesh_walkthrough_is_far_cheaper_than_8_gloo_processes():
+    """The simulated walkthrough against the real 8-process run, without launching 8 more.
+
+    A site check, so it runs after tests/test_mesh_gloo.py stored its verified
+    real run and the mesh page read it: ``real_run`` returns that record.  The
+    simulated side is timed as the page times it (torch imported, then open the
+    world, walk, close it).  Issue 7's goal is a ratio of at most 0.1, judged by
+    `nox -s bench`, which measures both sides run by run; here the real run is
+    from earlier in the session, under whatever load it met then, and the ratio
+    measured on a shared 2-core machine straddles 0.09-0.11, so the bound
+    allows 2x: it catches a simulation that became slow, not noise.
+    """
+    import time
+
+    import torch  # noqa: F401 - the page's kernel has it imported
+
+    from explainers.mesh import simulated_mesh, walkthrough
+    from explainers.mesh_launch import real_run
+
+    real = real_run(15)
+    start = time.perf_counter()
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        steps = walkthrough(mesh, 15)
+    sim_s = time.perf_counter() - start
+    assert steps == real.steps
+    assert sim_s / real.wall_s <= 0.2, f"simulated {sim_s:.2f} s vs 8 gloo processes {real.wall_s:.1f} s"
