@@ -59,8 +59,13 @@ def _names(pages) -> str:
 # -- the site: cold, floors, warm, edits ------------------------------------------------------
 
 
-def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
-    """Cold build, both floors, the overhead ratio, and the cache figures, interleaved per run."""
+def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int = 1) -> list[Figure]:
+    """Cold build, both floors, the overhead ratio, and the cache figures, interleaved per run.
+
+    Editing each ``explainers`` module re-executes its importers, which is slow and
+    whose point is *which* pages execute: that is done in the first ``module_rounds``
+    rounds only.
+    """
     tree = ctx.tree = Tree(ctx.work / "tree")
     if not tree.env_is_current():
         raise RuntimeError("the shared environment is out of date: run `nox -s docs` once first")
@@ -147,7 +152,7 @@ def site_figures(ctx: Context, touch_page: str | None = None) -> list[Figure]:
         expect(edit, b, {target})
         edit.detail += (
             f" · rebuild {b.seconds:.1f} s, of which {target} executed {b.executed.get(target, 0):.1f} s")
-        for m, fig in mod_figs.items():
+        for m, fig in mod_figs.items() if i < module_rounds else ():
             tree.edit_module(m)
             b = tree.nox_docs()
             fig.samples.append(b.seconds)

@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
     ap.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups from {GROUPS}")
     ap.add_argument("--experiments", action="store_true", help="also time -j 2 / OMP_NUM_THREADS=1 cold builds")
+    ap.add_argument("--experiment-runs", type=int, default=None, help="rounds of experiments (default: --runs)")
+    ap.add_argument("--module-runs", type=int, default=1, help="rounds that edit each module (default 1)")
     ap.add_argument("--touch-page", default=None, help="page whose code is edited (default: render)")
     ap.add_argument("--out", type=Path, default=BENCH, help="where results.md / results.svg go")
     args = ap.parse_args(argv)
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     figs: list[Figure] = []
     experiments: list[Figure] = []
     steps = {
-        "site": lambda: F.site_figures(ctx, args.touch_page),
+        "site": lambda: F.site_figures(ctx, args.touch_page, args.module_runs),
         "import": lambda: F.import_torch_figure(ctx),
         "render": lambda: F.render_figures(ctx),
         "mesh": lambda: F.mesh_figures(ctx),
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             figs.append(F._failed(Figure(g, f"{g} figures", "s"), exc))
     if args.experiments:
         ctx.log("== experiments")
+        ctx.runs = args.experiment_runs or args.runs
         try:
             experiments = F.parallel_experiments(ctx)
         except Exception as exc:  # noqa: BLE001
