@@ -101,6 +101,7 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
     per_page_floor: dict[str, list[float]] = {}
     per_page_floor_cpu: dict[str, list[float]] = {}
     bad: dict[str, str] = {}
+    floor_failures: dict[str, str] = {}
 
     def expect(fig: Figure, b: Build, wanted: set[str]) -> None:
         got = set(b.executed)
@@ -125,15 +126,20 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
         ctx.log(f"[site]   sphinx floor {f.seconds:.1f} s; execution floor")
         total = total_cpu = 0.0
         for p in pages:
-            s, c = run_page(tree.docs / f"{p}.md", ctx.python, tree.env())
+            try:
+                s, c = run_page(tree.docs / f"{p}.md", ctx.python, tree.env())
+            except Exception as exc:  # noqa: BLE001 - one page's floor must not hide the rest
+                floor_failures[p] = str(exc).strip().splitlines()[-1][:200]
+                continue
             per_page_floor.setdefault(p, []).append(s)
             per_page_floor_cpu.setdefault(p, []).append(c)
             total += s
             total_cpu += c
-        xfloor.samples.append(total)
-        xfloor.cpu.append(total_cpu)
-        ratio.samples.append(b.seconds / (f.seconds + total))
-        ratio_cpu.samples.append(b.cpu / (f.cpu + total_cpu))
+        if not floor_failures:
+            xfloor.samples.append(total)
+            xfloor.cpu.append(total_cpu)
+            ratio.samples.append(b.seconds / (f.seconds + total))
+            ratio_cpu.samples.append(b.cpu / (f.cpu + total_cpu))
         ctx.log(f"[site]   execution floor {total:.1f} s; warm rebuild")
         b = tree.nox_docs()
         warm.samples.append(b.seconds)
@@ -160,6 +166,10 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
             expect(fig, b, modules[m])
             ctx.log(f"[site]   edit {m}: {b.seconds:.1f} s, executed {_names(b.executed)}")
 
+    if floor_failures:
+        why = "; ".join(f"{p}: {e}" for p, e in floor_failures.items())
+        for fig in (xfloor, ratio, ratio_cpu):
+            fig.status = f"failed: a page does not run as a plain script ({why})"
     for key, line in bad.items():
         fig = next(f for f in figs if f.key == key)
         fig.detail = line + " (in at least one run)"

@@ -20,11 +20,14 @@ __all__ = ["page_cells", "DRIVER", "run_page"]
 
 #: Runs the cells given as JSON ``[[source, may_raise], ...]`` in one namespace.
 DRIVER = r"""
-import json, sys
+import json, linecache, sys
 cells = json.load(open(sys.argv[1]))
 ns = {"__name__": "__main__"}
 for i, (src, may_raise) in enumerate(cells):
-    code = compile(src, f"<cell {i}>", "exec")
+    name = f"<cell {i}>"
+    # As IPython does: tracebacks and inspect can read the cell's source lines.
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    code = compile(src, name, "exec")
     try:
         exec(code, ns)
     except Exception:
