@@ -1,0 +1,85 @@
+"""Sphinx configuration for torch-explainers.
+
+The build is strict on purpose: nitpicky cross-references, warnings as errors
+(``-W --keep-going`` from ``nox -s docs``), and a failing cell fails the build.
+Pages are MyST notebooks executed at build time; their outputs are never
+committed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+# The book's code is the library: pages import `explainers` from the checkout.
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS / "_ext"))
+
+project = "torch-explainers"
+author = "the torch-explainers authors"
+copyright = "2026, the torch-explainers authors"
+
+extensions = [
+    "myst_nb",
+    "sphinx_design",
+    "sphinx_copybutton",
+    "sphinx.ext.graphviz",
+    "explainer_deps",
+]
+
+exclude_patterns = [
+    "_build",  # MyST-NB #129: never execute the build's own copies
+    "jupyter_execute",
+    "**.ipynb_checkpoints",
+]
+
+# -- strictness -------------------------------------------------------------------
+nitpicky = True
+
+# -- MyST ---------------------------------------------------------------------------
+# No "dollarmath": MathJax would load from a CDN, and the site is offline.
+myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
+myst_heading_anchors = 3
+
+# -- execution ------------------------------------------------------------------------
+# `cache`: an unchanged page is not executed again.  The `explainer_deps`
+# extension adds the hash of every `explainers` module a page imports (and the
+# torch version) to the page's code, so changing a module re-executes exactly
+# the pages that import it (MyST-NB #299 is still open).
+nb_execution_mode = os.environ.get("NB_EXECUTION_MODE", "cache")
+# Outside the staging output folder, so a failed build keeps the cache intact.
+nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+nb_execution_raise_on_error = True  # a failing cell fails the build, naming the page
+nb_execution_show_tb = True
+nb_execution_timeout = int(os.environ.get("NB_EXECUTION_TIMEOUT", "300"))  # per cell
+nb_merge_streams = True
+# Anything a cell writes to stderr is a warning, and so (under -W) an error:
+# warnings never leak onto a published page unnoticed.
+nb_output_stderr = "warn"
+# No page is excluded from execution today.  Add entries as
+# "pattern",  # one-line reason
+nb_execution_excludepatterns: list[str] = []
+
+# -- HTML ---------------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = "torch-explainers"
+html_static_path = ["_static"]
+html_css_files = ["explainers.css"]
+html_last_updated_fmt = None
+html_theme_options = {
+    "show_toc_level": 2,
+    "use_download_button": False,
+    "use_fullscreen_button": False,
+    "home_page_in_toc": True,
+}
+html_copy_source = False
+html_show_sourcelink = False
+
+# Copy exactly the code: no prompts, no outputs, no line numbers.
+copybutton_selector = "div:not(.output) > div.highlight pre"
+copybutton_exclude = ".linenos, .gp, .go"
+
+graphviz_output_format = "svg"

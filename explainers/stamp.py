@@ -1,0 +1,99 @@
+"""The verification stamp every executed page carries near its title.
+
+A page calls :func:`begin_page` in its first (hidden) cell and :func:`end_page`
+in its last.  ``end_page`` glues one MyST string, ``page_stamp``, that the page
+pastes under its title, so the stamp is produced by the execution itself:
+torch version and build, Python version, the device, the date and how long
+the page took to execute.
+
+>>> begin_page()
+>>> text = end_page(display=False)
+>>> text.startswith("{bdg-success}`executed`")
+True
+>>> "torch " in text and "Python " in text
+True
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+
+__all__ = ["begin_page", "end_page", "environment", "stamp_text"]
+
+_started: float | None = None
+
+
+def begin_page() -> None:
+    """Start the page's execution clock.
+
+    Also seeds torch's RNG, so random examples are the same on every build.
+
+    >>> begin_page()
+    """
+    global _started
+    _started = time.perf_counter()
+    import torch
+
+    torch.manual_seed(0)
+
+
+def environment() -> dict[str, str]:
+    """Describe where the code ran, as label -> value.
+
+    >>> env = environment()
+    >>> sorted(env)
+    ['date', 'device', 'python', 'threads', 'torch']
+    """
+    import torch
+
+    if torch.version.cuda:
+        build = f"CUDA {torch.version.cuda} build"
+    elif getattr(torch.version, "hip", None):
+        build = f"ROCm {torch.version.hip} build"
+    else:
+        build = "CPU build"
+    if torch.cuda.is_available():
+        device = f"cuda ({torch.cuda.get_device_name(0)})"
+    else:
+        device = f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+    return {
+        "torch": f"{torch.__version__} ({build})",
+        "python": platform.python_version(),
+        "device": device,
+        "threads": str(torch.get_num_threads()),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def stamp_text(env: dict[str, str], seconds: float) -> str:
+    """Format the stamp as MyST (a sphinx-design badge and one line).
+
+    >>> stamp_text({"torch": "2.14.1 (CPU build)", "python": "3.11.7",
+    ...             "device": "cpu", "threads": "2", "date": "2026-12-02 12:00 UTC"}, 1.234)
+    '{bdg-success}`executed` torch 2.14.1 (CPU build) · Python 3.11.7 · cpu · 2026-12-02 12:00 UTC · executed in 1.2 s'
+    """
+    return (
+        f"{{bdg-success}}`executed` torch {env['torch']} · Python {env['python']} · "
+        f"{env['device']} · {env['date']} · executed in {seconds:.1f} s"
+    )
+
+
+def end_page(display: bool = True) -> str:
+    """Glue ``page_stamp`` (and ``page_seconds``) for the page, and return the text.
+
+    ``display=False`` skips the glue, for use outside a notebook.
+    """
+    if _started is None:
+        raise RuntimeError("end_page() called before begin_page(): put begin_page() in the first cell")
+    seconds = time.perf_counter() - _started
+    text = stamp_text(environment(), seconds)
+    if display:
+        from IPython.display import Markdown
+        from myst_nb import glue
+
+        glue("page_stamp", Markdown(text), display=False)
+        glue("page_seconds", round(seconds, 1), display=False)
+    return text

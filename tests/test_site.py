@@ -1,0 +1,119 @@
+"""Checks over the built HTML (run by `nox -s tests` after the strict build)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+import pytest
+
+pytestmark = pytest.mark.site
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def executed_pages() -> list[str]:
+    return sorted(
+        str(p.relative_to(DOCS).with_suffix(""))
+        for p in DOCS.rglob("*.md")
+        if "_build" not in p.parts and "file_format: mystnb" in p.read_text(encoding="utf-8")
+    )
+
+
+class Links(HTMLParser):
+    """Collects ids, hrefs and resource URLs of one page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+        self.resources: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+        for attr in ("src", "srcset", "data", "poster"):
+            if a.get(attr):
+                self.resources.append((tag, a[attr]))
+        if tag == "link" and a.get("href"):
+            self.resources.append((tag, a["href"]))
+
+
+def parse(path: Path) -> Links:
+    links = Links()
+    links.feed(path.read_text(encoding="utf-8"))
+    return links
+
+
+def html_pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.parts)
+
+
+def test_expected_pages_exist(site):
+    for name in ["index", "render", "verification", *executed_pages()]:
+        assert (site / f"{name}.html").is_file(), name
+
+
+@pytest.mark.parametrize("page", [p for p in executed_pages() if p != "verification"])
+def test_executed_page_carries_its_stamp_under_the_title(site, page):
+    html = (site / f"{page}.html").read_text(encoding="utf-8")
+    title = html.index("<h1>")
+    stamp = re.search(r"sd-badge[^>]*>executed</span>\s*torch (\S+)[^<]*executed in ([\d.]+) s", html)
+    assert stamp, f"{page}: no verification stamp"
+    assert stamp.start() - title < 2000, f"{page}: the stamp is not near the title"
+    import torch
+
+    assert stamp.group(1) == torch.__version__
+
+
+def test_verification_page_lists_every_executed_page(site):
+    html = (site / "verification.html").read_text(encoding="utf-8")
+    table = html[html.index("<table") : html.index("</table>")]
+    for page in executed_pages():
+        assert re.search(rf">\s*{re.escape(page)}\s*<", table), f"{page} missing from the exec table"
+    assert "❌" not in table
+
+
+def test_no_external_resources(site):
+    offenders = []
+    for page in [*html_pages(site), *site.glob("_static/**/*.css")]:
+        text = page.read_text(encoding="utf-8", errors="replace")
+        if page.suffix == ".css":
+            offenders += [(page.name, u) for u in re.findall(r"url\((['\"]?)(https?:)?//[^)]*\)", text)]
+            continue
+        for tag, url in parse(page).resources:
+            if urlparse(url).scheme in ("http", "https") or url.startswith("//"):
+                offenders.append((page.name, tag, url))
+    assert offenders == []
+
+
+def test_no_stderr_or_error_outputs_on_pages(site):
+    for page in html_pages(site):
+        html = page.read_text(encoding="utf-8")
+        assert "output stderr" not in html, page.name
+        assert "Traceback (most recent call last)" not in html or "raises-exception" in html, page.name
+
+
+def test_internal_links_and_anchors_resolve(site):
+    broken = []
+    pages = html_pages(site)
+    ids = {p: parse(p).ids for p in pages}
+    for page in pages:
+        for href in parse(page).hrefs:
+            if urlparse(href).scheme or href.startswith(("mailto:", "//")):
+                continue
+            path, frag = urldefrag(href)
+            target = (page.parent / unquote(path)).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append((page.name, href))
+            elif frag and target.suffix == ".html" and frag not in ids.setdefault(target, parse(target).ids):
+                broken.append((page.name, href))
+    assert broken == []
