@@ -20,7 +20,14 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["rank_gradients", "allreduce", "allreduce_errors", "allreduce_error_table"]
+__all__ = [
+    "rank_gradients",
+    "allreduce",
+    "allreduce_errors",
+    "allreduce_error_table",
+    "plot_allreduce_errors",
+    "figure_svg",
+]
 
 _VARIANTS = ("bf16 comm", "fp32 comm, result rounded to bf16", "fp32 comm")
 
@@ -112,3 +119,75 @@ def allreduce_error_table(
     [2, 4]
     """
     return [{"world_size": w, **allreduce_errors(w, n, seed)} for w in world_sizes]
+
+
+# Mid-contrast colours and a transparent background: legible on the light and
+# the dark theme of the site alike.
+_COLOURS = {"bf16 comm": "#e8710a", "fp32 comm, result rounded to bf16": "#1a9ba8", "fp32 comm": "#7b68ee"}
+_INK = "#8a8a8a"
+
+
+def plot_allreduce_errors(rows: Sequence[dict]):
+    """Log-log plot of each variant's relative error against world size; returns the Figure.
+
+    Variants whose error is exactly zero at some world size are drawn only where
+    it is non-zero (a log axis has no zero).
+
+    >>> import matplotlib
+    >>> matplotlib.use("agg")
+    >>> fig = plot_allreduce_errors([{"world_size": 2, "bf16 comm": 1e-3,
+    ...     "fp32 comm, result rounded to bf16": 1e-3, "fp32 comm": 0.0}])
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['bf16 comm', 'fp32 comm, result rounded to bf16', 'fp32 comm']
+    """
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("plot_allreduce_errors needs at least one row")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig.patch.set_alpha(0.0)
+    ax.patch.set_alpha(0.0)
+    for name in _VARIANTS:
+        pts = [(r["world_size"], r[name]) for r in rows if r[name] > 0]
+        ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts], marker="o", color=_COLOURS[name], label=name
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([r["world_size"] for r in rows], [str(r["world_size"]) for r in rows])
+    ax.set_xlabel("world size (ranks)", color=_INK)
+    ax.set_ylabel("relative error vs fp64", color=_INK)
+    ax.tick_params(colors=_INK, which="both")
+    for spine in ax.spines.values():
+        spine.set_color(_INK)
+    ax.grid(True, which="major", color=_INK, alpha=0.25)
+    leg = ax.legend(frameon=False, fontsize=9)
+    for text in leg.get_texts():
+        text.set_color(_INK)
+    fig.tight_layout()
+    return fig
+
+
+def figure_svg(fig):
+    """``fig`` as an ``IPython.display.SVG``, background kept transparent; closes ``fig``.
+
+    Independent of the matplotlib backend (the docs build runs with
+    ``MPLBACKEND=agg``, where a bare Figure has no image to display).
+
+    >>> import matplotlib
+    >>> matplotlib.use("agg")
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = plt.subplots()
+    >>> figure_svg(fig).data.startswith("<svg")
+    True
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import SVG
+
+    buf = io.StringIO()
+    # No date in the metadata: the same figure gives the same bytes.
+    fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return SVG(buf.getvalue())
