@@ -128,7 +128,9 @@ def amplifier_norm_unrounded(bias: torch.Tensor, a: torch.Tensor, b: torch.Tenso
     return y.float().norm(dim=1).pow(2).pow(2).sum()
 
 
-def amplifier_inputs(size: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def amplifier_inputs(
+    size: int = 64, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """bf16 ``(bias, a, b)`` of shape ``(size, size)``, N(0, 1) before rounding.
 
     >>> [t.dtype for t in amplifier_inputs(4)]

@@ -123,7 +123,11 @@ def allreduce_error_table(
 
 # Mid-contrast colours and a transparent background: legible on the light and
 # the dark theme of the site alike.
-_COLOURS = {"bf16 comm": "#e8710a", "fp32 comm, result rounded to bf16": "#1a9ba8", "fp32 comm": "#7b68ee"}
+_COLOURS = {
+    "bf16 comm": "#e8710a",
+    "fp32 comm, result rounded to bf16": "#1a9ba8",
+    "fp32 comm": "#7b68ee",
+}
 _INK = "#8a8a8a"
 
 

@@ -80,9 +80,7 @@ def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return idx, F.softmax(vals, dim=-1)
 
 
-def full_softmax_then_renorm(
-    logits: torch.Tensor, k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def full_softmax_then_renorm(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over all experts, top-k of the probabilities, divide by their sum.
 
     Returns ``(indices, weights)`` like :func:`topk_softmax`.
@@ -315,8 +313,12 @@ def router_source(fn) -> str:
         raise TypeError(f"router_source expects a function, got {type(fn).__name__}")
     lines = src.splitlines()
     body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         drop = set(range(body[0].lineno - 1, body[0].end_lineno))
         lines = [line for i, line in enumerate(lines) if i not in drop]
     return "\n".join(lines)

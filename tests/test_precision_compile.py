@@ -18,9 +18,19 @@ def test_filter_drops_only_the_cuda_home_message():
     silence_cuda_home_warning()  # idempotent
     log = logging.getLogger("torch.utils.cpp_extension")
     assert len([f for f in log.filters if type(f).__name__ == "_DropNoCudaRuntime"]) == 1
-    rec = log.makeRecord(log.name, logging.WARNING, __file__, 1, "No CUDA runtime is found, using CUDA_HOME='%s'", ("/x",), None)
+    rec = log.makeRecord(
+        log.name,
+        logging.WARNING,
+        __file__,
+        1,
+        "No CUDA runtime is found, using CUDA_HOME='%s'",
+        ("/x",),
+        None,
+    )
     assert not log.filter(rec)
-    assert log.filter(log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None))
+    assert log.filter(
+        log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
+    )
 
 
 @pytest.mark.slow
