@@ -14,7 +14,8 @@ answer once to the output dtype would give.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,8 @@ __all__ = [
     "capture_error",
     "emulated_dot_error",
     "md_table",
+    "num_threads",
+    "bf16_sum_thread_partials",
 ]
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
@@ -353,3 +356,55 @@ def md_table(rows: Sequence[dict], columns: Sequence[str] | None = None, fmt: st
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(n)``; restore the previous count on exit.
+
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with num_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread count must be a positive int, got {n!r}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -> dict[str, int]:
+    """Compare CPU ``bf16.sum()`` run on ``threads`` threads with two models of it, over ``trials`` inputs.
+
+    * ``rounded_once``: the fp32 sum of all values, rounded once to bf16;
+    * ``partials_rounded``: ``threads`` equal chunks, each summed in fp32 and
+      rounded to bf16 (the output dtype), then the partials added and rounded.
+
+    Returns how many of the ``trials`` results each model reproduces bitwise.
+
+    >>> bf16_sum_thread_partials(1, trials=3, n=1000)
+    {'trials': 3, 'rounded_once': 3, 'partials_rounded': 3}
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"thread count must be a positive int, got {threads!r}")
+    if trials < 1 or n < threads:
+        raise ValueError(f"need trials >= 1 and n >= threads, got trials={trials}, n={n}")
+    chunk = -(-n // threads)
+    once = partials = 0
+    with num_threads(threads):
+        for seed in range(trials):
+            g = torch.Generator().manual_seed(seed)
+            x = torch.rand(n, generator=g, dtype=torch.float64).bfloat16()
+            got = x.sum()
+            f = x.float()
+            once += bool(got == f.sum().bfloat16())
+            parts = torch.stack([c.sum().bfloat16() for c in f.split(chunk)])
+            partials += bool(got == parts.float().sum().bfloat16())
+    return {"trials": trials, "rounded_once": once, "partials_rounded": partials}

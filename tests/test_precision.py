@@ -5,6 +5,7 @@ import torch
 
 from explainers.precision import (
     accumulator_table,
+    bf16_sum_thread_partials,
     cancellation_data,
     capture_error,
     emulated_dot_error,
@@ -136,3 +137,15 @@ def test_flag_effects():
     with pytest.raises(ValueError, match="float16 and bfloat16"):
         sdpa_math_reduction_effect(torch.float32)
     assert mkldnn_fp32_matmul_error("ieee", m=8, k=64, n=8) < 1e-4
+
+
+def test_bf16_sum_rounds_per_thread_partials():
+    import torch as _t
+
+    before = _t.get_num_threads()
+    r2 = bf16_sum_thread_partials(2, trials=20)
+    assert _t.get_num_threads() == before
+    assert r2["partials_rounded"] == 20 > r2["rounded_once"]
+    assert bf16_sum_thread_partials(1, trials=5)["rounded_once"] == 5
+    with pytest.raises(ValueError, match="thread count"):
+        bf16_sum_thread_partials(0)
