@@ -104,3 +104,21 @@ def test_world_size_checks(bad):
 def test_make_mesh_needs_process_group():
     with pytest.raises(RuntimeError, match="needs an initialized process group"):
         make_mesh((2,), ("a",))
+
+
+def test_mesh_run_refuses_outside_torchrun():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "explainers.mesh_run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "run me under torchrun" in out.stderr
