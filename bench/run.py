@@ -73,6 +73,30 @@ def per_page_section(ctx: F.Context, figs: list[Figure]) -> str:
             "could shrink.\n\n" + "\n".join(rows))
 
 
+def experiments_section(experiments: list[Figure], figs: list[Figure]) -> str:
+    if not experiments:
+        return ""
+    k = _by_key(experiments)
+    base = k.get("exp:serial (today)")
+    lines = [
+        "Cold builds of the same copy under each setting, interleaved round by round. On a "
+        "machine shared with other jobs, a build with two processes also gets a larger share of "
+        "the cores than a serial one, so the wall-time gain of `-j 2` here overstates what an "
+        "idle machine would see; the CPU column shows what the work itself costs.",
+        "",
+        table(experiments),
+    ]
+    par = k.get("exp:-j 2")
+    if base and base.samples and par and par.samples:
+        lines += ["", f"`-j 2`: {_med(par) / _med(base):.2f}× the serial wall time, "
+                  + (f"{statistics.median(par.cpu) / statistics.median(base.cpu):.2f}× its CPU time."
+                     if par.cpu and base.cpu else "")]
+    failed = [f for f in experiments if "failed" in f.detail]
+    if failed:
+        lines += ["", "Failed builds: " + "; ".join(f"{f.label}: {f.detail}" for f in failed)]
+    return "\n".join(lines)
+
+
 def diagnose(figs: list[Figure], ctx: F.Context) -> str:
     """For every missed goal: why, from the measurements, and what would fix it."""
     k = _by_key(figs)
@@ -163,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module-runs", type=int, default=1, help="rounds that edit each module (default 1)")
     ap.add_argument("--touch-page", default=None, help="page whose code is edited (default: render)")
     ap.add_argument("--out", type=Path, default=BENCH, help="where results.md / results.svg go")
+    ap.add_argument("--rerender", type=Path, default=None, metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite results.md / results.svg from a run's results.json")
     args = ap.parse_args(argv)
+    if args.rerender:
+        print(render_results(json.loads(args.rerender.read_text()), args.out))
+        return 0
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
@@ -208,25 +237,41 @@ def main(argv: list[str] | None = None) -> int:
     meta["load average at end"] = _load()
     meta["bench wall time"] = f"{(time.perf_counter() - started) / 60:.1f} min"
     meta["note"] = ("this machine was shared with other heavy jobs during the run: absolute times "
-                    "are inflated and noisy; ratios and the executed-page sets are the stable figures")
-
-    sections = {
-        "Why goals are missed, and what would fix it": diagnose(figs, ctx),
-        "Per page": per_page_section(ctx, figs),
-        "How to get there: parallel execution and threads": table(experiments) if experiments else "",
-        "Notes": "\n".join(f"- {n}" for n in ctx.notes),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    text = write_markdown(args.out / "results.md", figs, sections, meta)
-    write_plot(args.out / "results.svg", figs)
-    raw = [{"key": f.key, "label": f.label, "unit": f.unit, "samples": f.samples, "status": f.status,
-            "detail": f.detail, "note": f.note} for f in figs + experiments]
-    (ctx.work / "results.json").write_text(json.dumps({"meta": meta, "figures": raw, "pages": ctx.pages}, indent=1))
+                    "are inflated and noisy; ratios, CPU times and the executed-page sets are the "
+                    "stable figures")
+    data = {"meta": meta, "figures": [asdict_figure(f) for f in figs],
+            "experiments": [asdict_figure(f) for f in experiments],
+            "pages": ctx.pages, "notes": ctx.notes}
+    (ctx.work / "results.json").write_text(json.dumps(data, indent=1))
+    text = render_results(data, args.out)
     print(text)
     pending = [f.label for f in figs if f.status == NOT_YET]
     if pending:
         print(f"\n{len(pending)} figure(s) not available yet: their components have not landed.", file=sys.stderr)
     return 1 if any(f.status.startswith("failed") for f in figs) else 0
+
+
+def asdict_figure(f: Figure) -> dict:
+    return {k: getattr(f, k) for k in ("key", "label", "unit", "goal", "goal_text", "samples", "cpu",
+                                       "status", "note", "detail")}
+
+
+def render_results(data: dict, out: Path) -> str:
+    """results.md and results.svg from a run's data (also: ``--rerender results.json``)."""
+    figs = [Figure(**{**d, "goal": tuple(d["goal"]) if d.get("goal") else None}) for d in data["figures"]]
+    experiments = [Figure(**{**d, "goal": tuple(d["goal"]) if d.get("goal") else None})
+                   for d in data.get("experiments", [])]
+    ctx = F.Context(work=out, pages=data.get("pages", {}), notes=data.get("notes", []))
+    sections = {
+        "Why goals are missed, and what would fix it": diagnose(figs, ctx),
+        "Per page": per_page_section(ctx, figs),
+        "How to get there: parallel execution and threads": experiments_section(experiments, figs),
+        "Notes": "\n".join(f"- {n}" for n in ctx.notes),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    text = write_markdown(out / "results.md", figs, sections, data["meta"])
+    write_plot(out / "results.svg", figs)
+    return text
 
 
 if __name__ == "__main__":
