@@ -176,6 +176,14 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
     ctx.pages["cold execution (MyST-NB)"] = per_page_exec
     ctx.pages["plain-script floor"] = per_page_floor
     ctx.pages["plain-script floor CPU"] = per_page_floor_cpu
+    base = Path(os.environ.get("TORCH_EXPLAINERS_CACHE", Path.home() / ".cache" / "torch-explainers"))
+    kept = sorted(p.name for p in base.glob("*") if p.is_dir() and p.name != "env")
+    if kept:
+        ctx.notes.append(
+            f"A cold build starts from a clean `_build` but keeps the caches outside it, in `{base}` "
+            f"({', '.join(kept)}): pages reuse what those hold, as they do on any machine that has "
+            "run `nox -s tests` once (its tests fill them before the docs build)."
+        )
     ctx.notes.append(
         f"Modules every page imports ({_names(set(tree.modules()) - set(modules))}) re-execute the "
         "whole site when edited, which the cold build already measures; they are not edited separately."
