@@ -28,7 +28,7 @@ from .stats import NOT_YET, Figure
 from .tree import Build, Tree
 from .weight import find_chromium, measure_site
 
-__all__ = ["Context", "site_figures", "render_figures", "mesh_figures", "tsan_figures",
+__all__ = ["Context", "parallel_estimate", "site_figures", "render_figures", "mesh_figures", "tsan_figures",
            "weight_figures", "import_torch_figure", "parallel_experiments"]
 
 
@@ -40,6 +40,7 @@ class Context:
     tree: Tree | None = None  # the copy the site figures built (weight reuses its site)
     pages: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # per-page samples
     notes: list[str] = field(default_factory=list)
+    docnames: list[str] = field(default_factory=list)  # every document Sphinx reads
 
     @property
     def python(self) -> str:
@@ -173,6 +174,8 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
     for key, line in bad.items():
         fig = next(f for f in figs if f.key == key)
         fig.detail = line + " (in at least one run)"
+    ctx.docnames = sorted(p.relative_to(tree.docs).with_suffix("").as_posix()
+                          for p in tree.docs.rglob("*.md") if "_build" not in p.parts)
     ctx.pages["cold execution (MyST-NB)"] = per_page_exec
     ctx.pages["plain-script floor"] = per_page_floor
     ctx.pages["plain-script floor CPU"] = per_page_floor_cpu
@@ -396,3 +399,25 @@ def parallel_experiments(ctx: Context, configs: dict[str, tuple[list[str], dict[
         if failures[name]:
             fig.detail += f"; {len(failures[name])} failed: {failures[name][0]}"
     return list(figs.values())
+
+
+def parallel_estimate(docnames: list[str], page_cost: dict[str, float], fixed: float, nproc: int) -> float:
+    """Wall time a ``-j nproc`` build would take on ``nproc`` idle cores, from per-page costs.
+
+    Sphinx 9 splits the documents to read, sorted, into chunks of
+    ``len // nproc`` (``sphinx.util.parallel.make_chunks``) and hands each chunk to
+    the next free worker; ``fixed`` is the serial rest of the build.
+
+    >>> parallel_estimate(["a", "b", "c", "d"], {"a": 4.0, "b": 1.0, "c": 2.0, "d": 2.0}, 1.0, 1)
+    10.0
+    >>> parallel_estimate(["a", "b", "c", "d"], {"a": 4.0, "b": 1.0, "c": 2.0, "d": 2.0}, 1.0, 2)
+    6.0
+    """
+    names = sorted(docnames)
+    size = max(len(names) // nproc, 1)
+    chunks = [names[i : i + size] for i in range(0, len(names), size)]
+    workers = [0.0] * nproc
+    for chunk in chunks:
+        i = workers.index(min(workers))
+        workers[i] += sum(page_cost.get(d, 0.0) for d in chunk)
+    return fixed + max(workers)

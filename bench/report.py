@@ -110,6 +110,13 @@ def write_plot(path: Path, figs: Sequence[Figure]) -> None:
         ax.errorbar(med, y, xerr=[[med - lo], [hi - med]], fmt="none", ecolor="black", capsize=3, lw=1)
     ax.axvline(1.0, color="black", lw=1, ls="--")
     ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = [0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(0.05, 10)
     ax.set_yticks([])
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xlabel("median ÷ goal (left of the dashed line: goal met); whiskers: min and max")

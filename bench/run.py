@@ -73,9 +73,28 @@ def per_page_section(ctx: F.Context, figs: list[Figure]) -> str:
             "could shrink.\n\n" + "\n".join(rows))
 
 
-def experiments_section(experiments: list[Figure], figs: list[Figure]) -> str:
-    if not experiments:
+def idle_estimate(figs: list[Figure], ctx: F.Context) -> str:
+    """Serial and -j 2 cold-build wall times predicted for an idle 2-core machine, from CPU times."""
+    cpu = {p: statistics.median(v) for p, v in ctx.pages.get("plain-script floor CPU", {}).items()}
+    sphinx = _by_key(figs).get("sphinx_floor")
+    if not cpu or not ctx.docnames or not (sphinx and sphinx.cpu):
         return ""
+    fixed = statistics.median(sphinx.cpu)
+    serial = F.parallel_estimate(ctx.docnames, cpu, fixed, 1)
+    par = F.parallel_estimate(ctx.docnames, cpu, fixed, 2)
+    return (f"**On an idle 2-core machine**, from CPU times (each page's plain-script CPU time, "
+            f"Sphinx's {fmt(fixed, 's')} with execution off, and Sphinx's own split of the "
+            f"{len(ctx.docnames)} documents into chunks): a serial cold build needs about "
+            f"{fmt(serial, 's')} plus one kernel start per page, and `-j 2` about {fmt(par, 's')} "
+            "plus the kernel starts of its longer chunk. Kernel start-up is about a second of CPU "
+            "each. `-j 2` is the one change here that brings a cold build under 60 s; "
+            "`docs/_ext/parallel_exec.py` makes it safe (see Notes).")
+
+
+def experiments_section(experiments: list[Figure], figs: list[Figure], ctx: F.Context) -> str:
+    estimate = idle_estimate(figs, ctx)
+    if not experiments:
+        return estimate
     k = _by_key(experiments)
     base = k.get("exp:serial (today)")
     lines = [
@@ -94,6 +113,14 @@ def experiments_section(experiments: list[Figure], figs: list[Figure]) -> str:
     failed = [f for f in experiments if "failed" in f.detail]
     if failed:
         lines += ["", "Failed builds: " + "; ".join(f"{f.label}: {f.detail}" for f in failed)]
+    omp = k.get("exp:OMP_NUM_THREADS=1")
+    if omp and omp.cpu and base and base.cpu:
+        lines += ["", f"`OMP_NUM_THREADS=1` used {statistics.median(omp.cpu) / statistics.median(base.cpu):.2f}× "
+                  "the CPU time of the default (torch's two threads per kernel spin while they wait "
+                  "for a core that another process holds). It also changes what the pages show: "
+                  "the stamp's thread count, and any timing a page makes; so it is not a default."]
+    if estimate:
+        lines += ["", estimate]
     return "\n".join(lines)
 
 
@@ -129,21 +156,19 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
                    "bookkeeping, and `nox`'s staging copy of the site.")
             fix = "Parallel execution overlaps kernel start-up with other pages' work."
         elif f.key in ("warm", "edit_page") or f.key.startswith("edit_module"):
-            why = ("Nothing (or only the edited page) executes, so the time is fixed cost: starting "
-                   "`nox` and Python, importing Sphinx and its extensions (MyST-NB imports "
-                   "jupyter-cache, which imports SQLAlchemy), unpickling the environment, writing "
-                   "the changed pages, and `nox -s docs` copying the previous site and doctrees into "
-                   "the staging folder")
-            if sfloor:
-                why += f"; for scale, a whole build with execution off takes {fmt(sfloor, 's')} here"
-            why += "."
-            if f.cpu:
-                why += (f" It used {fmt(statistics.median(f.cpu), 's')} of CPU time (the build and every "
-                        "process it waited for), against the wall time above: the difference is waiting "
-                        "for the cores that other jobs held.")
-            fix = ("On an idle machine the wall time of this serial work is about its CPU time. Below "
-                   "that, the fixed cost is imports (MyST-NB → jupyter-cache → SQLAlchemy, the theme): "
-                   "a long-lived `nox -s docs-live` pays them once.")
+            cpu = f" ({fmt(statistics.median(f.cpu), 's')} of CPU time here)" if f.cpu else ""
+            first = ("Nothing executes (checked above)" if f.key == "warm"
+                     else "Only the edited page executes (checked above), and its execution is subtracted")
+            why = (f"{first}; what remains is fixed cost{cpu}, which an idle machine pays in about "
+                   "the same wall time: starting Python and `nox`, importing Sphinx, MyST-NB (which "
+                   "imports jupyter-cache and SQLAlchemy) and the theme (2 to 2.5 s of CPU on its "
+                   "own), re-reading `verification` (MyST-NB re-reads the page that holds the "
+                   "`nb-exec-table` on every build, to keep the table current), writing pages and "
+                   "the search index, and `nox -s docs` copying the last good site into staging.")
+            fix = ("Have `nox -s docs` skip Sphinx when no input changed (a hash of `docs/`, "
+                   "`explainers/` and torch's version, like the one `explainer_deps` keeps per "
+                   "page); that takes a no-change rebuild to nox's own start-up. For an edited "
+                   "page the fixed cost stays: the budget of 5 s is below it on this machine.")
         elif f.key.startswith("weight:"):
             heaviest = f.detail.split("heaviest: ")[-1]
             if "fontawesome.js" in heaviest:
@@ -241,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     "stable figures")
     data = {"meta": meta, "figures": [asdict_figure(f) for f in figs],
             "experiments": [asdict_figure(f) for f in experiments],
-            "pages": ctx.pages, "notes": ctx.notes}
+            "pages": ctx.pages, "notes": ctx.notes, "docnames": ctx.docnames}
     (ctx.work / "results.json").write_text(json.dumps(data, indent=1))
     text = render_results(data, args.out)
     print(text)
@@ -261,11 +286,12 @@ def render_results(data: dict, out: Path) -> str:
     figs = [Figure(**{**d, "goal": tuple(d["goal"]) if d.get("goal") else None}) for d in data["figures"]]
     experiments = [Figure(**{**d, "goal": tuple(d["goal"]) if d.get("goal") else None})
                    for d in data.get("experiments", [])]
-    ctx = F.Context(work=out, pages=data.get("pages", {}), notes=data.get("notes", []))
+    ctx = F.Context(work=out, pages=data.get("pages", {}), notes=data.get("notes", []),
+                    docnames=data.get("docnames", []))
     sections = {
         "Why goals are missed, and what would fix it": diagnose(figs, ctx),
         "Per page": per_page_section(ctx, figs),
-        "How to get there: parallel execution and threads": experiments_section(experiments, figs),
+        "How to get there: parallel execution and threads": experiments_section(experiments, figs, ctx),
         "Notes": "\n".join(f"- {n}" for n in ctx.notes),
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import bench.figures
 import bench.floor
 import bench.report
 import bench.stats
@@ -160,7 +161,7 @@ def test_each_process_claims_its_own_block_of_kernel_ports():
     assert all(20000 <= s < 32000 for s in starts)
 
 
-@pytest.mark.parametrize("module", [bench.floor, bench.report, bench.stats, bench.tree])
+@pytest.mark.parametrize("module", [bench.figures, bench.floor, bench.report, bench.stats, bench.tree])
 def test_bench_doctests(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
