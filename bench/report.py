@@ -55,9 +55,18 @@ def _git(*args: str, cwd: Path) -> str:
         return "?"
 
 
+def commit_line() -> str:
+    """The checkout's commit and branch, as the copy the benchmark builds is taken."""
+    from .tree import ROOT as root
+
+    line = f"`{_git('rev-parse', '--short', 'HEAD', cwd=root)}` on `{_git('branch', '--show-current', cwd=root)}`"
+    if _git("status", "--porcelain", "--untracked-files=no", cwd=root):
+        line += " (with uncommitted changes)"
+    return line
+
+
 def write_markdown(path: Path, figs: Sequence[Figure], sections: dict[str, str], meta: dict[str, str]) -> str:
     """Write results.md: provenance, the table, then ``sections`` (title -> markdown)."""
-    from .tree import ROOT as root
     lines = [
         "# Benchmark results",
         "",
@@ -65,10 +74,9 @@ def write_markdown(path: Path, figs: Sequence[Figure], sections: dict[str, str],
         f"median of {meta.get('runs', '?')} runs with min and max, measured side by side in one "
         "session; ratios are taken run by run, so both sides of a ratio saw the same machine load.",
         "",
-        f"- **commit**: `{_git('rev-parse', '--short', 'HEAD', cwd=root)}` on `{_git('branch', '--show-current', cwd=root)}`"
-        + (" (with uncommitted changes)" if _git("status", "--porcelain", "--untracked-files=no", cwd=root) else ""),
+        f"- **commit measured**: {meta.get('commit') or commit_line()}",
         f"- **machine**: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        *[f"- **{k}**: {v}" for k, v in meta.items() if k != "runs"],
+        *[f"- **{k}**: {v}" for k, v in meta.items() if k not in ("runs", "commit")],
         "",
         "## Figures against the goals",
         "",

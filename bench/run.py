@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import figures as F
-from .report import fmt, table, write_markdown, write_plot
+from .report import commit_line, fmt, table, write_markdown, write_plot
 from .stats import NOT_YET, Figure
 from .tree import ROOT
 
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = F.Context(work=BENCH / "_runs" / stamp, runs=args.runs,
                     log=lambda s: print(s, file=sys.stderr, flush=True))
     ctx.work.mkdir(parents=True, exist_ok=True)
-    meta = {"runs": str(args.runs), "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    meta = {"runs": str(args.runs), "commit": commit_line(), "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "load average at start (1/5/15 min)": _load()}
     started = time.perf_counter()
     figs: list[Figure] = []
