@@ -81,7 +81,12 @@ def run_py(session: nox.Session, *args: str, **kwargs) -> object:
 
 def sphinx_args(outdir: Path, doctrees: Path, extra: list[str]) -> list[str]:
     # -n nitpicky, -W warnings are errors, --keep-going lists every warning, -T tracebacks.
-    return ["-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T",
+    # -j auto unless the caller chose (`nox -s docs -- -j 1` builds serially): pages
+    # execute in one worker per core, which docs/_ext/parallel_exec.py makes safe.
+    # Each kernel spends seconds importing torch, so on 2 cores this is the one
+    # change that brings a cold build under a minute (bench/results.md).
+    jobs = [] if any(a == "-j" or a.startswith(("-j", "--jobs")) for a in extra) else ["-j", "auto"]
+    return ["-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T", *jobs,
             "-d", str(doctrees), *extra, str(DOCS), str(outdir)]
 
 
@@ -116,7 +121,7 @@ def build_site(session: nox.Session, extra: list[str]) -> None:
 
 @nox.session(python=False)
 def docs(session: nox.Session) -> None:
-    """Build the HTML site strictly; posargs go to sphinx-build (e.g. -j auto)."""
+    """Build the HTML site strictly, one worker per core; posargs go to sphinx-build (-j 1: serial)."""
     ensure_env(session)
     build_site(session, list(session.posargs))
 
