@@ -368,9 +368,9 @@ def parallel_experiments(ctx: Context, configs: dict[str, tuple[list[str], dict[
                          ) -> list[Figure]:
     """Cold builds under several ``-j`` / ``OMP_NUM_THREADS`` settings, interleaved per round."""
     configs = configs or {
-        "serial (today)": ([], {}),
+        "serial (-j 1)": (["-j", "1"], {}),
         "-j 2": (["-j", "2"], {}),
-        "OMP_NUM_THREADS=1": ([], {"OMP_NUM_THREADS": "1"}),
+        "-j 1, OMP_NUM_THREADS=1": (["-j", "1"], {"OMP_NUM_THREADS": "1"}),
         "-j 2, OMP_NUM_THREADS=1": (["-j", "2"], {"OMP_NUM_THREADS": "1"}),
     }
     tree = ctx.tree or Tree(ctx.work / "tree")
@@ -392,10 +392,11 @@ def parallel_experiments(ctx: Context, configs: dict[str, tuple[list[str], dict[
             if set(b.executed) != pages:
                 failures[name].append(f"executed {_names(b.executed)}")
             ctx.log(f"[exp] round {i + 1}: {name}: {b.seconds:.1f} s")
-    base = figs["serial (today)"].summary if figs["serial (today)"].samples else None
+    first = next(iter(figs.values()))  # the baseline
+    base = first.summary if first.samples else None
     for name, fig in figs.items():
         if fig.samples and base:
-            fig.detail = f"{statistics.median(fig.samples) / base.median:.2f}× serial"
+            fig.detail = f"{statistics.median(fig.samples) / base.median:.2f}× {first.label.split(', ', 1)[-1]}"
         if failures[name]:
             fig.detail += f"; {len(failures[name])} failed: {failures[name][0]}"
     return list(figs.values())

@@ -96,9 +96,10 @@ def experiments_section(experiments: list[Figure], figs: list[Figure], ctx: F.Co
     if not experiments:
         return estimate
     k = _by_key(experiments)
-    base = k.get("exp:serial (today)")
+    base = k.get("exp:serial (-j 1)") or k.get("exp:serial (today)")
     lines = [
-        "Cold builds of the same copy under each setting, interleaved round by round. On a "
+        "Cold builds of the same copy under each setting, interleaved round by round (`nox -s "
+        "docs` builds with `-j auto` by default since commit 3f202c2). On a "
         "machine shared with other jobs, a build with two processes also gets a larger share of "
         "the cores than a serial one, so the wall-time gain of `-j 2` here overstates what an "
         "idle machine would see; the CPU column shows what the work itself costs.",
@@ -113,7 +114,7 @@ def experiments_section(experiments: list[Figure], figs: list[Figure], ctx: F.Co
     failed = [f for f in experiments if "failed" in f.detail]
     if failed:
         lines += ["", "Failed builds: " + "; ".join(f"{f.label}: {f.detail}" for f in failed)]
-    omp = k.get("exp:OMP_NUM_THREADS=1")
+    omp = k.get("exp:-j 1, OMP_NUM_THREADS=1") or k.get("exp:OMP_NUM_THREADS=1")
     if omp and omp.cpu and base and base.cpu:
         lines += ["", f"`OMP_NUM_THREADS=1` used {statistics.median(omp.cpu) / statistics.median(base.cpu):.2f}× "
                   "the CPU time of the default (torch's two threads per kernel spin while they wait "
@@ -147,9 +148,11 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
             if sfloor:
                 why += f"; Sphinx alone takes {fmt(sfloor, 's')}"
             why += "."
-            fix = ("Execute pages in parallel (see *How to get there*); keep `import torch` to one per "
-                   "kernel (it already is) and out of Sphinx; shrink the heaviest page's workload "
-                   "(the per-page table shows which).")
+            fix = ("Execute pages in parallel: `nox -s docs` now builds with `-j auto` (see *How to get "
+                   "there* for the measurements and the idle-machine estimate). Beyond that, the "
+                   "heaviest pages' own work (per-page table: CPU beyond `import torch`) is where a "
+                   "lighter but still faithful workload would save most; `import torch` itself is "
+                   "paid once per kernel and never by Sphinx.")
         elif f.key == "overhead":
             why = ("The build costs more than its two floors: each page's kernel start-up, ZMQ "
                    "messaging and rich display (per-page table: *kernel overhead*), the jupyter-cache "
