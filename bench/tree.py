@@ -184,7 +184,10 @@ class Tree:
         The kernels still start as separate processes.
         """
         build = self.docs / "_build"
-        args = self.noxfile.sphinx_args(build / out, build / f"{out}-doctrees", list(extra or []))
+        extra = list(extra or [])
+        if in_process and not any(a.startswith(("-j", "--jobs")) for a in extra):
+            extra = ["-j", "1", *extra]  # never fork the calling process (pytest) into workers
+        args = self.noxfile.sphinx_args(build / out, build / f"{out}-doctrees", extra)
         if not strict:
             args = [a for a in args if a != "-W"]
         if in_process:
