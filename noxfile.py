@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 import tomllib
 from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from explainers.build import build_site as staged_build  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["lint", "tests"]
@@ -32,7 +34,6 @@ ROOT = Path(__file__).resolve().parent
 DOCS = ROOT / "docs"
 BUILD = DOCS / "_build"
 SITE = BUILD / "html"
-STAGING = BUILD / "staging"
 ENV = Path(os.environ.get("TORCH_EXPLAINERS_ENV", Path.home() / ".cache" / "torch-explainers" / "env"))
 PY = ENV / "bin" / "python"
 
@@ -79,38 +80,15 @@ def run_py(session: nox.Session, *args: str, **kwargs) -> object:
     return session.run(str(PY), *args, env=RUN_ENV, external=True, **kwargs)
 
 
-def sphinx_args(outdir: Path, doctrees: Path, extra: list[str]) -> list[str]:
-    # -n nitpicky, -W warnings are errors, --keep-going lists every warning, -T tracebacks.
-    return ["-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T",
-            "-d", str(doctrees), *extra, str(DOCS), str(outdir)]
-
-
 def build_site(session: nox.Session, extra: list[str]) -> None:
-    """Build into a staging copy of the site; replace the site only on success."""
-    if STAGING.exists():
-        shutil.rmtree(STAGING)
-    STAGING.mkdir(parents=True)
-    # Start from the last good site and its doctrees so the build is incremental.
-    for name in ("html", "doctrees"):
-        if (BUILD / name).exists():
-            shutil.copytree(BUILD / name, STAGING / name, symlinks=True)
-    try:
-        run_py(session, *sphinx_args(STAGING / "html", STAGING / "doctrees", extra))
-    except nox.command.CommandFailed:
-        where = SITE / "index.html"
-        kept = f"The last good site is unchanged at {where}." if where.exists() else "There is no previous site."
-        session.error(f"The docs build FAILED (see the warnings above, each names its page). {kept}")
-    for name in ("html", "doctrees"):
-        old = BUILD / f"{name}.old"
-        if old.exists():
-            shutil.rmtree(old)
-        if (BUILD / name).exists():
-            (BUILD / name).rename(old)
-        (STAGING / name).rename(BUILD / name)
-        if old.exists():
-            shutil.rmtree(old)
-    shutil.rmtree(STAGING, ignore_errors=True)
-    session.log(f"Site built: {SITE / 'index.html'}")
+    """Build into a staging copy of the site; replace the site only on success.
+
+    The logic is `explainers.build.build_site`, shared with the fault-injection tests.
+    """
+    result = staged_build(DOCS, PY, extra, env={**os.environ, **RUN_ENV})
+    if not result.ok:
+        session.error(result.message)
+    session.log(result.message)
     session.log(f"View it:    python3 -m http.server --directory {SITE} 8000  ->  http://127.0.0.1:8000/")
 
 
