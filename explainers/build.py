@@ -20,7 +20,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "build_site", "sphinx_command", "tree_digest"]
+__all__ = ["BuildResult", "PUBLISHED", "build_site", "sphinx_command", "tree_digest"]
+
+# What a successful build publishes from staging into `_build/`.  MyST-NB
+# writes executed notebooks and glue data next to the output folder.
+PUBLISHED = ("html", "doctrees", "jupyter_execute")
 
 
 @dataclass
@@ -100,8 +104,9 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    # Start from the last good site and its doctrees so the build is incremental.
-    for name in ("html", "doctrees"):
+    # Start from the last good site, its doctrees and executed notebooks (with
+    # their .glue.json, read by the claims test) so the build is incremental.
+    for name in PUBLISHED:
         if (build / name).exists():
             shutil.copytree(build / name, staging / name, symlinks=True)
     cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
@@ -122,7 +127,9 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
                 else "There is no previous site.")
         return BuildResult(False, output,
                            f"The docs build FAILED (see the warnings above, each names its page). {kept}")
-    for name in ("html", "doctrees"):
+    for name in PUBLISHED:
+        if not (staging / name).exists():
+            continue
         old = build / f"{name}.old"
         if old.exists():
             shutil.rmtree(old)
