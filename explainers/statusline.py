@@ -54,10 +54,7 @@ def run_statusline(stdin: str | bytes, script: str | Path = SCRIPT,
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} is not installed: the status-line snippet needs bash and jq")
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    if isinstance(script, Path):
-        cmd = ["bash", str(script)]
-    else:
-        cmd = ["bash", "-c", script]
+    cmd = ["bash", str(script)] if isinstance(script, Path) else ["bash", "-c", script]
     proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout, check=False)
     return subprocess.CompletedProcess(
         proc.args, proc.returncode,
