@@ -72,3 +72,92 @@ def test_the_good_copy_rebuilds_cleanly_without_executing(good_site, tmp_path):
     result = build(root / "docs")
     assert result.ok, result.output[-3000:]
     assert "Executed notebook" not in result.output
+
+
+# -- determinism and offline: a second, clean build of the real site ----------------------
+
+# What may differ between two clean builds of the same sources, and why.  Each
+# entry is (file glob, regex, reason); matches are removed
+# before comparing.  Keep this list minimal: anything else that differs fails.
+NONDETERMINISTIC = [
+    ("*.html", r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "the execution date in stamps and the environment list"),
+    ("*.html", r"executed in [\d.]+ s", "the page's execution time in its stamp"),
+    ("verification.html", r"<table class=\"table\">.*?</table>",
+     "MyST-NB's execution table: method (cache or executed), time and run time per page"),
+    ("render.html", r"took\s+<span class=\"pasted-text\">[\d.]+</span> ms",
+     "render.md measures how long drawing a 10^6-element tensor takes"),
+    ("*.html", r"\?v=[0-9a-f]{8}\b",
+     "Sphinx adds a ?v=checksum to an asset URL only if the asset is already in the output "
+     "folder: an incremental build has it for MyST-NB's CSS, a clean build does not"),
+    ("searchindex.js", r".*", "built from the page text, which varies exactly where the entries above do"),
+]
+# Also replaced: the checkout's absolute path (tracebacks of raises-exception
+# cells show library file paths), which differs between the two build folders.
+
+
+def _normalized(path, rel: str, checkout: str) -> bytes:
+    import re
+    from fnmatch import fnmatch
+
+    data = path.read_bytes().replace(checkout.encode(), b"<checkout>")
+    rules = [(rx, why) for glob, rx, why in NONDETERMINISTIC if fnmatch(rel, glob) or fnmatch(path.name, glob)]
+    if not rules:
+        return data
+    text = data.decode("utf-8", errors="surrogateescape")
+    for rx, _ in rules:
+        text = re.sub(rx, "", text, flags=re.S)
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def _offline_prefix() -> list[str]:
+    """`unshare -rn` (new user and network namespace, only loopback, brought up) if it works here."""
+    import subprocess
+
+    prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else []
+
+
+def _checkout_files(root) -> list:
+    """The files of this checkout (tracked and untracked, not ignored)."""
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                         capture_output=True, check=True).stdout.decode()
+    return [p for p in out.split("\0") if p]
+
+
+@pytest.mark.site
+def test_a_clean_offline_build_is_identical_to_the_site(site, tmp_path):
+    from minisite import ROOT
+
+    clean = tmp_path / "clean"
+    for rel in _checkout_files(ROOT):
+        src = ROOT / rel
+        if src.is_file():
+            (clean / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clean / rel)
+    prefix = _offline_prefix()
+    log = tmp_path / "network.log"
+    guard = ROOT / "tests" / "offline"
+    result = build(clean / "docs", timeout_cell=300, prefix=prefix, timeout=1200,
+                   extra_env={"PYTHONPATH": f"{guard}:{clean}", "GATE_NET_LOG": str(log)})
+    attempts = log.read_text().splitlines() if log.exists() else []
+    how = "network namespace with only loopback (unshare -rn)" if prefix else "socket guard only (no unshare here)"
+    record("offline", "build", result=f"{'passed' if result.ok else 'FAILED'} in a {how}; "
+           f"{len(attempts)} outbound connection attempts")
+    assert result.ok, result.output[-5000:]
+    assert attempts == [], attempts
+
+    other = clean / "docs" / "_build" / "html"
+    ours = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(other).as_posix() for p in other.rglob("*") if p.is_file()}
+    differing = sorted(rel for rel in ours & theirs
+                       if _normalized(site / rel, rel, str(ROOT)) != _normalized(other / rel, rel, str(clean)))
+    record("determinism", "html", result=f"{len(ours & theirs) - len(differing)} of "
+           f"{len(ours | theirs)} files identical after {len(NONDETERMINISTIC)} documented exceptions")
+    assert sorted(ours ^ theirs) == []
+    assert differing == []
