@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
+from gate_figures import record
 
 pytestmark = pytest.mark.site
 
@@ -102,12 +103,14 @@ def test_no_stderr_or_error_outputs_on_pages(site):
 
 def test_internal_links_and_anchors_resolve(site):
     broken = []
+    checked = 0
     pages = html_pages(site)
     ids = {p: parse(p).ids for p in pages}
     for page in pages:
         for href in parse(page).hrefs:
             if urlparse(href).scheme or href.startswith(("mailto:", "//")):
                 continue
+            checked += 1
             path, frag = urldefrag(href)
             target = (page.parent / unquote(path)).resolve() if path else page
             if target.is_dir():
@@ -116,4 +119,5 @@ def test_internal_links_and_anchors_resolve(site):
                 broken.append((page.name, href))
             elif frag and target.suffix == ".html" and frag not in ids.setdefault(target, parse(target).ids):
                 broken.append((page.name, href))
+    record("links", "internal", result=f"{checked} internal links and anchors checked, {len(broken)} dead")
     assert broken == []
