@@ -1,9 +1,10 @@
 """Build and test torch-explainers.
 
     nox -s docs      build the site strictly (staged: a failed build keeps the last good site)
-    nox -s tests     everything CI runs: unit tests, doctests, a full docs build, site checks
+    nox -s tests     everything CI runs: unit tests, doctests, a full docs build, site checks, browser
     nox -s doctest   doctests in `explainers/` docstrings and in the docs pages
     nox -s lint      ruff
+    nox -s browser   the built site in Debian's Chromium: themes, a11y, offline, copy, search, mobile
     nox -s docs-live rebuild on change while you write (not a default session)
 
 All sessions share one Python environment per machine (torch is ~5 GB), at
@@ -36,6 +37,13 @@ BUILD = DOCS / "_build"
 SITE = BUILD / "html"
 ENV = Path(os.environ.get("TORCH_EXPLAINERS_ENV", Path.home() / ".cache" / "torch-explainers" / "env"))
 PY = ENV / "bin" / "python"
+
+# The browser gate: Debian's chromium (apt, never a Playwright download) and
+# axe-core from npm, installed into a gitignored folder of the checkout.
+CHROMIUM = Path("/usr/bin/chromium")
+AXE_VERSION = "4.14.1"
+NPM_PREFIX = ROOT / ".cache" / "npm"
+AXE_JS = NPM_PREFIX / "node_modules" / "axe-core" / "axe.min.js"
 
 # The book's code is imported from the checkout, not installed: every
 # worktree and clone tests its own `explainers` against the shared env.
@@ -130,11 +138,50 @@ def lint(session: nox.Session) -> None:
     run_py(session, "-m", "ruff", "check", "explainers", "tests", "docs/conf.py", "docs/_ext", "noxfile.py")
 
 
+def ensure_browser(session: nox.Session) -> None:
+    """Install Debian's chromium (apt-get) and axe-core (npm) when they are missing."""
+    if not CHROMIUM.exists():
+        if os.geteuid() != 0:
+            session.error(f"{CHROMIUM} is missing: install Debian's chromium (sudo apt-get install chromium)")
+        session.log("Installing Debian's chromium with apt-get (the browser gate never downloads a browser)")
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
+    package = NPM_PREFIX / "node_modules" / "axe-core" / "package.json"
+    if not AXE_JS.exists() or f'"version": "{AXE_VERSION}"' not in package.read_text():
+        session.run("npm", "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
+                    f"axe-core@{AXE_VERSION}", external=True)
+
+
+def print_figures(session: nox.Session) -> None:
+    session.run(str(PY), str(ROOT / "tests" / "gate_figures.py"), env=RUN_ENV, external=True)
+
+
+@nox.session(python=False)
+def browser(session: nox.Session) -> None:
+    """The built site in Chromium (Playwright), offline: every page in light and dark theme."""
+    ensure_env(session)
+    ensure_browser(session)
+    if not (SITE / "index.html").exists():
+        build_site(session, [])
+    try:
+        session.run(str(PY), "-m", "pytest", "-m", "browser", "-p", "no:cacheprovider", *session.posargs,
+                    env={**RUN_ENV, "CHROMIUM": str(CHROMIUM), "AXE_JS": str(AXE_JS)}, external=True)
+    finally:
+        print_figures(session)
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML."""
+    """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML,
+    the browser gate; then the gate's figures."""
     ensure_env(session)
-    run_py(session, "-m", "pytest", "-m", "not site and not browser", *session.posargs)
-    doctest(session)
-    build_site(session, [])
-    run_py(session, "-m", "pytest", "-m", "site", "-p", "no:cacheprovider")
+    run_py(session, str(ROOT / "tests" / "gate_figures.py"), "--reset")
+    try:
+        run_py(session, "-m", "pytest", "-m", "not site and not browser", *session.posargs)
+        doctest(session)
+        build_site(session, [])
+        run_py(session, "-m", "pytest", "-m", "site", "-p", "no:cacheprovider")
+    except nox.command.CommandFailed:
+        print_figures(session)
+        raise
+    browser(session)
