@@ -1,0 +1,268 @@
+"""Compile the harness with ``g++ -fsanitize=thread``, cached by content hash.
+
+A build is described by a :class:`BuildSpec`: the variant, the torch install
+and the flags.  Its shell script (:meth:`BuildSpec.script`) is literally what
+runs, through ``bash`` with ``TORCH`` set to the torch package folder, so the
+command the page prints is the command that produced the binary.
+
+Products live in ``$TORCH_EXPLAINERS_CACHE/tsan`` (default
+``~/.cache/torch-explainers/tsan``), one folder per SHA-256 of the header, the
+harness, the script (flags included) and the compiler version.
+
+>>> spec = BuildSpec("shipped", TorchInstall(Path("/t"), "2.14.1"))
+>>> print(spec.script())  # doctest: +NORMALIZE_WHITESPACE
+g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" harness.cpp
+    -o harness-shipped -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CompilerNotFoundError, HarnessFailedError, TsanUnsupportedError
+from .overlay import revert_fix, sed_command
+from .torchpaths import HEADER_RELPATH, TorchInstall, check_snapshot_code
+
+__all__ = [
+    "VARIANTS",
+    "FLAGS",
+    "HARNESS",
+    "BuildSpec",
+    "Build",
+    "cache_root",
+    "find_compiler",
+    "check_tsan",
+    "build",
+]
+
+#: The two builds: the header as installed, and the overlay without the fix.
+VARIANTS = ("shipped", "fix reverted")
+
+#: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
+#: -g1 (line tables, no variable info) is all TSAN's symbolizer needs and
+#: compiles about a quarter faster than -g; -Wno-interference-size silences
+#: g++ 12's note about hardware_destructive_interference_size, which the
+#: header uses.
+FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
+
+#: The harness source shipped with this package.
+HARNESS = Path(__file__).with_name("harness.cpp")
+
+_GXX_HINT = "install a C++ compiler with ThreadSanitizer (Debian/Ubuntu: apt-get install g++)"
+_TSAN_HINT = (
+    "install the ThreadSanitizer runtime for this g++ "
+    "(Debian/Ubuntu: apt-get install libtsan2 for g++ 12 or later, libtsan0 for older g++)"
+)
+
+
+def cache_root() -> Path:
+    """Folder for build products: ``$TORCH_EXPLAINERS_CACHE/tsan`` or ``~/.cache/torch-explainers/tsan``.
+
+    >>> import os
+    >>> old = os.environ.get("TORCH_EXPLAINERS_CACHE")
+    >>> os.environ["TORCH_EXPLAINERS_CACHE"] = "/x"
+    >>> str(cache_root())
+    '/x/tsan'
+    >>> _ = os.environ.pop("TORCH_EXPLAINERS_CACHE") if old is None else os.environ.update(TORCH_EXPLAINERS_CACHE=old)
+    """
+    base = os.environ.get("TORCH_EXPLAINERS_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "torch-explainers"
+    return root / "tsan"
+
+
+def find_compiler(path: str | None = None) -> str:
+    """Return the full path of ``g++`` on *path* (default ``$PATH``).
+
+    >>> find_compiler(path="/nonexistent")
+    Traceback (most recent call last):
+    ...
+    explainers.allocator.errors.CompilerNotFoundError: g++ not found on PATH='/nonexistent'; install a C++ compiler with ThreadSanitizer (Debian/Ubuntu: apt-get install g++)
+    """
+    gxx = shutil.which("g++", path=path)
+    if gxx is None:
+        shown = path if path is not None else os.environ.get("PATH", "")
+        raise CompilerNotFoundError(f"g++ not found on PATH={shown!r}; {_GXX_HINT}")
+    return gxx
+
+
+def _compiler_version(gxx: str) -> str:
+    out = subprocess.run([gxx, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+def check_tsan(gxx: str, cache: Path | None = None) -> str:
+    """Check that *gxx* can build and run a ``-fsanitize=thread`` program; return its version line.
+
+    The probe result is cached per compiler version, so this costs one
+    ``g++ --version`` after the first call.
+
+    >>> check_tsan(find_compiler()).startswith("g++")
+    True
+    """
+    version = _compiler_version(gxx)
+    cache = cache or cache_root()
+    marker = cache / "probe" / hashlib.sha256(f"{gxx}\n{version}".encode()).hexdigest()[:16]
+    if marker.is_file():
+        return version
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("#include <thread>\nint main() { std::thread t([] {}); t.join(); }\n")
+        res = subprocess.run(
+            [gxx, "-fsanitize=thread", "-pthread", str(src), "-o", str(Path(tmp) / "probe")],
+            capture_output=True, text=True, timeout=120,
+        )
+        if res.returncode != 0:
+            detail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise TsanUnsupportedError(
+                f"{gxx} ({version}) cannot build with -fsanitize=thread: {detail}; {_TSAN_HINT}"
+            )
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(version + "\n")
+    return version
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One variant to build against one torch installation.
+
+    >>> BuildSpec("neither", TorchInstall(Path("/t"), "x"))
+    Traceback (most recent call last):
+    ...
+    ValueError: variant must be one of ('shipped', 'fix reverted'), got 'neither'
+    """
+
+    variant: str
+    torch: TorchInstall
+    flags: tuple[str, ...] = FLAGS
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+
+    @property
+    def binary(self) -> str:
+        """File name of the executable, e.g. ``harness-fix-reverted``.
+
+        >>> BuildSpec("fix reverted", TorchInstall(Path("/t"), "x")).binary
+        'harness-fix-reverted'
+        """
+        return "harness-" + self.variant.replace(" ", "-")
+
+    def script(self) -> str:
+        """The shell commands, run in the build folder with ``$TORCH`` set.
+
+        >>> print(BuildSpec("fix reverted", TorchInstall(Path("/t"), "x")).script())  # doctest: +NORMALIZE_WHITESPACE
+        mkdir -p overlay/ATen/core
+        sed -E 's/std::atomic<([^>]*)> (allocated_|record_history_|context_recorder_|record_context_)\\{/PlainAtomic<\\1> \\2{/'
+            "$TORCH/include/ATen/core/CachingHostAllocator.h" > overlay/ATen/core/CachingHostAllocator.h
+        g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -Ioverlay -I"$TORCH/include" harness.cpp
+            -o harness-fix-reverted -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
+        """
+        lines = []
+        includes = ['-I"$TORCH/include"']
+        if self.variant == "fix reverted":
+            lines.append("mkdir -p overlay/ATen/core")
+            lines.append(
+                sed_command(f'"$TORCH/include/{HEADER_RELPATH}"', f"overlay/{HEADER_RELPATH}")
+            )
+            includes.insert(0, "-Ioverlay")
+        lines.append(
+            " ".join(
+                ["g++", *self.flags, *includes, "harness.cpp", "-o", self.binary,
+                 '-L"$TORCH/lib"', "-lc10", '-Wl,-rpath,"$TORCH/lib"']
+            )
+        )
+        return "\n".join(lines)
+
+    def key(self, compiler_version: str) -> str:
+        """SHA-256 over header, harness, script (flags included) and compiler version."""
+        h = hashlib.sha256()
+        for part in (
+            self.torch.header.read_bytes(),
+            HARNESS.read_bytes(),
+            self.script().encode(),
+            str(self.torch.root).encode(),
+            compiler_version.encode(),
+        ):
+            h.update(hashlib.sha256(part).digest())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Build:
+    """A built variant: where it is, how it was made, whether the cache served it."""
+
+    spec: BuildSpec
+    folder: Path
+    cached: bool
+    compile_seconds: float
+    overlay_changes: tuple[tuple[int, str, str], ...]
+
+    @property
+    def executable(self) -> Path:
+        return self.folder / self.spec.binary
+
+
+def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None = None) -> Build:
+    """Build *spec* (or reuse the cached binary) and return the :class:`Build`.
+
+    The header is checked for the snapshot code first, so an older torch fails
+    with a message rather than a compiler error.  The overlay change list is
+    computed in Python from the same regular expression the ``sed`` line uses,
+    and after the build the two overlays are compared byte for byte.
+    """
+    header_text = spec.torch.header.read_text()
+    check_snapshot_code(header_text, str(spec.torch.header))
+    # Validates the fixed fields for both variants (a pre-fix header would make
+    # "shipped" silently racy) and gives the diff the page shows.
+    overlay_text, changes = revert_fix(header_text)
+    if spec.variant == "shipped":
+        changes = []
+
+    cache = cache or cache_root()
+    folder = cache / f"{spec.binary}-{spec.key(compiler_version)[:20]}"
+    meta = folder / "build.json"
+    if meta.is_file() and (folder / spec.binary).is_file():
+        info = json.loads(meta.read_text())
+        return Build(spec, folder, True, info["compile_seconds"], tuple(map(tuple, changes)))
+
+    folder.mkdir(parents=True, exist_ok=True)
+    # Build in place (debug info records this folder, so TSAN's file names stay
+    # valid), under a lock so two processes never write the same folder.
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if meta.is_file() and (folder / spec.binary).is_file():
+            info = json.loads(meta.read_text())
+            return Build(spec, folder, True, info["compile_seconds"], tuple(map(tuple, changes)))
+        shutil.copyfile(HARNESS, folder / "harness.cpp")
+        env = dict(os.environ, TORCH=str(spec.torch.root))
+        env["PATH"] = os.path.dirname(gxx) + os.pathsep + env.get("PATH", "")
+        t0 = time.perf_counter()
+        res = subprocess.run(
+            ["bash", "-e", "-c", spec.script()], cwd=folder, env=env,
+            capture_output=True, text=True, timeout=300,
+        )
+        seconds = time.perf_counter() - t0
+        if res.returncode != 0:
+            err = TsanUnsupportedError if "tsan" in res.stderr.lower() else HarnessFailedError
+            raise err(
+                f"building the {spec.variant!r} harness failed (exit {res.returncode}):\n"
+                f"{res.stderr[-3000:]}" + (f"\n{_TSAN_HINT}" if err is TsanUnsupportedError else "")
+            )
+        if spec.variant == "fix reverted":
+            made = (folder / "overlay" / HEADER_RELPATH).read_text()
+            if made != overlay_text:
+                raise RuntimeError("sed and Python disagree on the overlay; please report this")
+        # Written last: its presence marks a complete build.
+        meta.write_text(json.dumps({"compile_seconds": seconds, "script": spec.script(),
+                                    "compiler": compiler_version}))
+        return Build(spec, folder, False, seconds, tuple(map(tuple, changes)))

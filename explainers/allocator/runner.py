@@ -1,0 +1,187 @@
+"""Build and run both variants; repeat the reverted one until both races show.
+
+:func:`reproduce` is the page's one call.  It checks the toolchain, builds the
+two binaries in parallel (or takes them from the cache), runs "shipped" once
+and "fix reverted" up to ``max_attempts`` times, stopping as soon as one run
+has shown both race families: TSAN reports only interleavings that happened,
+so a single short run can miss one.  Each run is bounded by ``iterations``
+and ``max_seconds`` inside the harness and by a subprocess timeout outside.
+
+>>> run_command(500, 2.0, "harness-shipped")
+'TSAN_OPTIONS=halt_on_error=0 ./harness-shipped 500 2'
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .build import Build, BuildSpec, build, cache_root, check_tsan, find_compiler
+from .errors import HarnessFailedError, TsanRuntimeError
+from .races import RaceRecord, classify, group_by_family, load_sources
+from .torchpaths import TorchInstall, find_torch
+from .tsan import TsanLog, parse_tsan
+
+__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "reproduce", "reader_script"]
+
+#: Keep running after the first report so one run can show every race.
+TSAN_OPTIONS = "halt_on_error=0"
+
+_SUMMARY_RX = re.compile(r"^harness: (.*)$", re.M)
+
+
+def run_command(iterations: int, max_seconds: float, binary: str) -> str:
+    """The shell line that runs a built harness (in its build folder)."""
+    return f"TSAN_OPTIONS={TSAN_OPTIONS} ./{binary} {iterations} {max_seconds:g}"
+
+
+@dataclass
+class Run:
+    """One execution of a harness binary."""
+
+    command: str
+    returncode: int
+    stats: dict[str, int]  # the harness's own summary line
+    tsan_text: str  # stderr: TSAN's reports, verbatim
+    seconds: float
+    log: TsanLog
+    records: list[RaceRecord]
+
+    @property
+    def families(self) -> set[str]:
+        return {r.family for r in self.records}
+
+
+@dataclass
+class VariantResult:
+    """A variant's build and its runs (the last one is the one that counts)."""
+
+    build: Build
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def final(self) -> Run:
+        return self.runs[-1]
+
+
+@dataclass
+class Reproduction:
+    """Everything the page shows."""
+
+    torch: TorchInstall
+    compiler: str
+    shipped: VariantResult
+    reverted: VariantResult
+    seconds: float
+
+    def grouped(self) -> dict[str, list[RaceRecord]]:
+        return group_by_family(self.reverted.final.records)
+
+
+def run_build(b: Build, iterations: int, max_seconds: float, sources) -> Run:
+    """Run one built harness and parse what TSAN printed.
+
+    Some kernels randomize mmap so widely that TSAN's fixed shadow layout does
+    not fit ("unexpected memory mapping"); then the run is retried once under
+    ``setarch -R`` (ASLR off for that process only), and the command shows it.
+    """
+    if not isinstance(iterations, int) or iterations <= 0:
+        raise ValueError(f"iterations must be a positive int, got {iterations!r}")
+    if not (0 < max_seconds <= 60):
+        raise ValueError(f"max_seconds must be in (0, 60], got {max_seconds!r}")
+    command = run_command(iterations, max_seconds, b.spec.binary)
+    env = dict(os.environ, TSAN_OPTIONS=TSAN_OPTIONS)
+    argv = [str(b.executable), str(iterations), f"{max_seconds:g}"]
+    for launcher in ([], ["setarch", platform.machine(), "-R"]):
+        t0 = time.perf_counter()
+        res = subprocess.run(
+            launcher + argv, cwd=b.folder, env=env, capture_output=True, text=True,
+            timeout=max_seconds * 4 + 30,
+        )
+        seconds = time.perf_counter() - t0
+        if "unexpected memory mapping" not in res.stderr:
+            break
+    else:
+        raise TsanRuntimeError(
+            "ThreadSanitizer could not map its shadow memory even with ASLR off; "
+            "lower vm.mmap_rnd_bits (sudo sysctl vm.mmap_rnd_bits=28) or use g++ 13 or later"
+        )
+    if launcher:
+        command = command.replace("./", " ".join(launcher) + " ./", 1)
+    m = _SUMMARY_RX.search(res.stdout)
+    if m is None or res.returncode not in (0, 66):
+        raise HarnessFailedError(
+            f"{command} exited {res.returncode} without its summary line:\n{res.stderr[-3000:]}"
+        )
+    stats = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    log = parse_tsan(res.stderr)
+    records = [classify(r, sources) for r in log.data_races]
+    return Run(command, res.returncode, stats, res.stderr, seconds, log, records)
+
+
+def reproduce(
+    iterations: int = 2000,
+    max_seconds: float = 3.0,
+    max_attempts: int = 4,
+    torch_root: str | Path | None = None,
+    cache: Path | None = None,
+    path: str | None = None,
+) -> Reproduction:
+    """Build (or reuse) both variants and run them; see the module docstring.
+
+    *path* overrides ``$PATH`` when looking for ``g++`` (tests use it).
+    """
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be a positive int, got {max_attempts!r}")
+    t0 = time.perf_counter()
+    gxx = find_compiler(path)
+    torch = find_torch(torch_root)
+    cache = cache or cache_root()
+    version = check_tsan(gxx, cache)
+    specs = [BuildSpec("shipped", torch), BuildSpec("fix reverted", torch)]
+    with ThreadPoolExecutor(2) as pool:
+        shipped_b, reverted_b = pool.map(lambda s: build(s, gxx, version, cache), specs)
+    # Reports point at the overlay or the installed header; same line numbers.
+    ring = torch.include / "c10" / "core" / "RingBuffer.h"
+    sources = load_sources(torch.header, *([ring] if ring.is_file() else []))
+
+    shipped = VariantResult(shipped_b)
+    reverted = VariantResult(reverted_b)
+    with ThreadPoolExecutor(2) as pool:
+        # The shipped run and the first reverted attempt share the two cores.
+        fut = pool.submit(run_build, shipped_b, iterations, max_seconds, sources)
+        reverted.runs.append(run_build(reverted_b, iterations, max_seconds, sources))
+        shipped.runs.append(fut.result())
+    while len(reverted.runs) < max_attempts and not {"A", "B"} <= reverted.final.families:
+        reverted.runs.append(run_build(reverted_b, iterations, max_seconds, sources))
+    return Reproduction(torch, version, shipped, reverted, time.perf_counter() - t0)
+
+
+def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: float = 3.0) -> str:
+    """The whole reproduction as one copy-ready shell script.
+
+    It is assembled from the very strings the runner executes
+    (:meth:`BuildSpec.script` and :func:`run_command`); only the first line,
+    which finds torch, is added.
+
+    >>> s = reader_script(TorchInstall(Path("/t"), "2.14.1"), 2000, 3.0)
+    >>> s.splitlines()[2].startswith("TORCH=$(python -c")
+    True
+    >>> sum(ln.startswith("g++ ") for ln in s.splitlines()), s.count("./harness-")
+    (2, 2)
+    """
+    lines = [
+        "# In a folder holding harness.cpp (shown above); needs g++ with libtsan",
+        f"# and torch {torch.version.split('+')[0]}.",
+        "TORCH=$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')",
+    ]
+    for variant in ("shipped", "fix reverted"):
+        spec = BuildSpec(variant, torch)
+        lines += ["", f"# {variant}", spec.script(), run_command(iterations, max_seconds, spec.binary)]
+    return "\n".join(lines)

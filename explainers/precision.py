@@ -1,0 +1,410 @@
+"""Probes that show PyTorch's precision rules happening: accumulators, output dtypes, ``out_dtype``.
+
+The accumulation dtype (``acc_type`` in ``aten/src/ATen/AccumulateType.h``) is
+not user-visible, so it is inferred from behaviour: sum values whose exact
+total is known and see whether the error is larger than rounding the exact
+answer once to the output dtype would give.
+
+>>> import torch
+>>> running_sum(torch.bfloat16, 0.1, 5000)   # a bf16 accumulator stalls
+32.0
+>>> torch.full((5000,), 0.1, dtype=torch.bfloat16).sum().item()  # sum() does not
+500.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "running_sum",
+    "ulp",
+    "AccProbe",
+    "probe_accumulator",
+    "cancellation_data",
+    "PROBE_OPS",
+    "HEADER_CPU_ACC",
+    "accumulator_table",
+    "output_dtype",
+    "output_dtype_table",
+    "capture_error",
+    "emulated_dot_error",
+    "md_table",
+    "num_threads",
+    "bf16_sum_thread_partials",
+]
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+def _check_float_dtype(dtype: torch.dtype) -> None:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+    if dtype not in _FLOATS:
+        raise ValueError(f"dtype must be one of {[str(d) for d in _FLOATS]}, got {dtype}")
+
+
+def running_sum(dtype: torch.dtype, value: float, steps: int) -> float:
+    """``acc = acc + value`` ``steps`` times with the accumulator stored in ``dtype``.
+
+    This is what "accumulating in bf16" means: every partial sum is rounded to
+    bf16.  Once ``value`` is below half an ulp of ``acc`` the sum stops growing.
+
+    >>> import torch
+    >>> running_sum(torch.float16, 0.1, 5000)
+    256.0
+    >>> running_sum(torch.int32, 1, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: dtype must be one of ['torch.bfloat16', 'torch.float16', 'torch.float32', 'torch.float64'], got torch.int32
+    """
+    _check_float_dtype(dtype)
+    if not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+    acc = torch.zeros((), dtype=dtype)
+    step = torch.tensor(value, dtype=dtype)
+    for _ in range(steps):
+        acc = acc + step
+    return acc.item()
+
+
+def ulp(x: float, dtype: torch.dtype) -> float:
+    """Spacing of ``dtype`` values at ``|x|`` (the gap to the next value away from zero).
+
+    >>> import torch
+    >>> ulp(1.0, torch.bfloat16), ulp(1.0, torch.float16), ulp(1e6, torch.float32)
+    (0.0078125, 0.0009765625, 0.0625)
+    """
+    _check_float_dtype(dtype)
+    t = torch.tensor(abs(x), dtype=dtype)
+    return float(torch.nextafter(t, torch.tensor(float("inf"), dtype=dtype)) - t)
+
+
+@dataclass(frozen=True)
+class AccProbe:
+    """What one probe saw: an op's error, in ulps of its output dtype."""
+
+    op: str
+    dtype: torch.dtype
+    n: int
+    result: float
+    exact: float
+    err_ulps: float
+
+    @property
+    def verdict(self) -> str:
+        """``"wider"`` (error within the final rounding), ``"same"`` (error of several ulps), or ``"unclear"``."""
+        if self.err_ulps <= 0.5 + 1e-9:
+            return "wider"
+        if self.err_ulps >= 2.0:
+            return "same"
+        return "unclear"
+
+
+def _sum(x):
+    return x.sum()
+
+
+def _mean(x):
+    return x.mean()
+
+
+def _nansum(x):
+    return x.nansum()
+
+
+def _cumsum_last(x):
+    return x.cumsum(0)[-1]
+
+
+def _norm(x):
+    return torch.linalg.vector_norm(x)
+
+
+def _dot_ones(x):
+    return torch.dot(x, torch.ones_like(x))
+
+
+def _mm(x):
+    return (x[None, :] @ torch.ones_like(x)[:, None])[0, 0]
+
+
+#: The reductions probed, with their exact (fp64) counterpart applied to the same values.
+PROBE_OPS: dict[str, tuple[Callable, Callable]] = {
+    "sum": (_sum, _sum),
+    "mean": (_mean, _mean),
+    "nansum": (_nansum, _nansum),
+    "cumsum[-1]": (_cumsum_last, _sum),
+    "linalg.vector_norm": (_norm, _norm),
+    "dot": (_dot_ones, _sum),
+    "mm": (_mm, _sum),
+}
+
+#: CPU column of AccumulateType.h (floating point on CPU -> double, Half/BFloat16 -> float).
+HEADER_CPU_ACC: dict[torch.dtype, torch.dtype] = {
+    torch.bfloat16: torch.float32,
+    torch.float16: torch.float32,
+    torch.float32: torch.float64,
+}
+
+# (n, L) per dtype: half the values are L + u, half -L + u, u ~ U[0, 1).  The
+# running partial sums reach about n*L/2 while the exact total is only about
+# n/2, so an accumulator in the input dtype loses the small parts (in any
+# summation order that does not pair +L with -L), while the next wider type
+# holds every partial sum exactly.
+_PROBE_DATA = {
+    torch.bfloat16: (10_000, 16.0),
+    torch.float16: (10_000, 16.0),
+    torch.float32: (1_000_000, 1024.0),
+}
+
+
+def cancellation_data(dtype: torch.dtype, n: int, big: float, seed: int = 0) -> torch.Tensor:
+    """``n`` values in ``dtype``: the first half ``big + u``, the rest ``-big + u``, ``u ~ U[0, 1)``.
+
+    >>> import torch
+    >>> x = cancellation_data(torch.float32, 4, 8.0)
+    >>> [int(v) for v in x.floor()]
+    [8, 8, -8, -8]
+    """
+    if n < 2:
+        raise ValueError(f"n must be >= 2, got {n}")
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g, dtype=torch.float64)
+    sign = torch.ones(n, dtype=torch.float64)
+    sign[n // 2 :] = -1
+    return (sign * big + u).to(dtype)
+
+
+def probe_accumulator(op: str, dtype: torch.dtype, seed: int = 0) -> AccProbe:
+    """Run ``op`` on :func:`cancellation_data` in ``dtype`` and measure its error in output ulps.
+
+    The exact answer comes from fp64 on the same (already rounded) values.  If
+    the op accumulated in a wider type, its only error is the final rounding to
+    ``dtype``: at most half an ulp.  Accumulating in ``dtype`` itself costs
+    many ulps on this data.
+
+    >>> import torch
+    >>> probe_accumulator("sum", torch.bfloat16).verdict
+    'wider'
+    >>> probe_accumulator("cumsum[-1]", torch.float32).verdict
+    'wider'
+    >>> probe_accumulator("prod", torch.float32)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown op 'prod'; choose from ['sum', 'mean', 'nansum', 'cumsum[-1]', 'linalg.vector_norm', 'dot', 'mm']
+    """
+    if op not in PROBE_OPS:
+        raise ValueError(f"unknown op {op!r}; choose from {list(PROBE_OPS)}")
+    if dtype not in _PROBE_DATA:
+        raise ValueError(
+            f"dtype must be one of {[str(d) for d in _PROBE_DATA]} (nothing wider to compare with), got {dtype}"
+        )
+    n, big = _PROBE_DATA[dtype]
+    x = cancellation_data(dtype, n, big, seed)
+    fn, exact_fn = PROBE_OPS[op]
+    result = float(fn(x))
+    exact = float(exact_fn(x.double()))
+    return AccProbe(op, dtype, n, result, exact, abs(result - exact) / ulp(exact, dtype))
+
+
+def accumulator_table(
+    ops: Sequence[str] | None = None,
+    dtypes: Sequence[torch.dtype] = (torch.bfloat16, torch.float16, torch.float32),
+) -> list[dict]:
+    """Probe every op and dtype; each row also carries what AccumulateType.h's CPU column says.
+
+    ``agrees`` is ``True`` when the probe saw a wider accumulator, as the header
+    predicts for every floating dtype on CPU.
+
+    >>> import torch
+    >>> rows = accumulator_table(["sum"], [torch.float16])
+    >>> rows[0]["probe"], rows[0]["header_cpu"], rows[0]["agrees"]
+    ('wider than float16', 'float32', True)
+    """
+    rows = []
+    for op in ops or list(PROBE_OPS):
+        for dtype in dtypes:
+            p = probe_accumulator(op, dtype)
+            name = str(dtype).removeprefix("torch.")
+            probe = {"wider": f"wider than {name}", "same": name, "unclear": "unclear"}[p.verdict]
+            rows.append(
+                {
+                    "op": op,
+                    "dtype": name,
+                    "n": p.n,
+                    "err_ulps": p.err_ulps,
+                    "probe": probe,
+                    "header_cpu": str(HEADER_CPU_ACC[dtype]).removeprefix("torch."),
+                    "agrees": p.verdict == "wider",
+                }
+            )
+    return rows
+
+
+def capture_error(fn: Callable[[], object]) -> tuple[str, str] | None:
+    """Call ``fn``; return ``(exception type name, first line of the message)`` or ``None``.
+
+    >>> capture_error(lambda: 1 / 0)
+    ('ZeroDivisionError', 'division by zero')
+    >>> capture_error(lambda: 1) is None
+    True
+    """
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the error is the result being reported
+        return type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
+    return None
+
+
+def output_dtype(op: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype) -> str:
+    """The dtype ``op`` returns for a small input of ``dtype``, or ``"error: <Type>"``.
+
+    >>> import torch
+    >>> output_dtype(lambda x: x.sum(), torch.int8)
+    'int64'
+    >>> output_dtype(lambda x: x.mean(), torch.int32)
+    'error: RuntimeError'
+    """
+    x = (torch.arange(1, 5).reshape(2, 2) % 2).to(dtype)
+    try:
+        return str(op(x).dtype).removeprefix("torch.")
+    except Exception as exc:  # noqa: BLE001 - which ops reject a dtype is part of the table
+        return f"error: {type(exc).__name__}"
+
+
+def output_dtype_table(
+    ops: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+    dtypes: Sequence[torch.dtype],
+) -> dict[str, dict[str, str]]:
+    """``{op name: {input dtype: output dtype}}`` for every pair.
+
+    >>> import torch
+    >>> output_dtype_table({"x @ x": lambda x: x @ x}, [torch.bfloat16])
+    {'x @ x': {'bfloat16': 'bfloat16'}}
+    """
+    return {
+        name: {str(d).removeprefix("torch."): output_dtype(op, d) for d in dtypes}
+        for name, op in ops.items()
+    }
+
+
+def emulated_dot_error(k: int = 4096, size: int = 32, seed: int = 0) -> dict[str, float]:
+    """Max error against fp64 of ``size x k @ k x size`` with the accumulator in bf16 vs fp32.
+
+    Products are formed exactly (bf16 x bf16 fits in fp32); the running sum
+    over ``k`` is stored either in bf16 (rounded every step) or in fp32.  Also
+    reports ``torch.mm`` on the bf16 inputs for comparison.
+
+    >>> e = emulated_dot_error(k=256, size=4)
+    >>> e["bf16_accumulator"] > e["fp32_accumulator"]
+    True
+    """
+    if k < 1 or size < 1:
+        raise ValueError(f"k and size must be >= 1, got k={k}, size={size}")
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(size, k, generator=g).bfloat16()
+    b = torch.randn(k, size, generator=g).bfloat16()
+    ref = a.double() @ b.double()
+    acc16 = torch.zeros(size, size, dtype=torch.bfloat16)
+    acc32 = torch.zeros(size, size, dtype=torch.float32)
+    af, bf = a.float(), b.float()
+    for i in range(k):
+        prod = af[:, i, None] * bf[None, i, :]  # exact in fp32
+        acc16 = (acc16.float() + prod).bfloat16()
+        acc32 = acc32 + prod
+    return {
+        "bf16_accumulator": float((acc16.double() - ref).abs().max()),
+        "fp32_accumulator": float((acc32.double() - ref).abs().max()),
+        "torch.mm (bf16 out)": float(((a @ b).double() - ref).abs().max()),
+    }
+
+
+def md_table(rows: Sequence[dict], columns: Sequence[str] | None = None, fmt: str = ".3g") -> str:
+    """A Markdown table of ``rows`` (dicts); floats formatted with ``fmt``.
+
+    For ``glue`` with ``{glue:md}``: the page shows a table of the values the
+    cell computed.
+
+    >>> print(md_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": True}]))
+    | a | b |
+    |---|---|
+    | 1 | 0.123 |
+    | 2 | True |
+    >>> print(md_table([{"max |x|": 1.0}]))
+    | max \\|x\\| |
+    |---|
+    | 1 |
+    >>> md_table([])
+    Traceback (most recent call last):
+    ...
+    ValueError: md_table needs at least one row
+    """
+    if not rows:
+        raise ValueError("md_table needs at least one row")
+    columns = list(columns or rows[0])
+
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return format(v, fmt)
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(n)``; restore the previous count on exit.
+
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with num_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread count must be a positive int, got {n!r}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -> dict[str, int]:
+    """Compare CPU ``bf16.sum()`` run on ``threads`` threads with two models of it, over ``trials`` inputs.
+
+    * ``rounded_once``: the fp32 sum of all values, rounded once to bf16;
+    * ``partials_rounded``: ``threads`` equal chunks, each summed in fp32 and
+      rounded to bf16 (the output dtype), then the partials added and rounded.
+
+    Returns how many of the ``trials`` results each model reproduces bitwise.
+
+    >>> bf16_sum_thread_partials(1, trials=3, n=1000)
+    {'trials': 3, 'rounded_once': 3, 'partials_rounded': 3}
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"thread count must be a positive int, got {threads!r}")
+    if trials < 1 or n < threads:
+        raise ValueError(f"need trials >= 1 and n >= threads, got trials={trials}, n={n}")
+    chunk = -(-n // threads)
+    once = partials = 0
+    with num_threads(threads):
+        for seed in range(trials):
+            g = torch.Generator().manual_seed(seed)
+            x = torch.rand(n, generator=g, dtype=torch.float64).bfloat16()
+            got = x.sum()
+            f = x.float()
+            once += bool(got == f.sum().bfloat16())
+            parts = torch.stack([c.sum().bfloat16() for c in f.split(chunk)])
+            partials += bool(got == parts.float().sum().bfloat16())
+    return {"trials": trials, "rounded_once": once, "partials_rounded": partials}

@@ -1,0 +1,324 @@
+"""Two ways to compute MoE top-k router weights, and how they differ in floating point.
+
+``topk_softmax`` picks the k largest logits and takes a softmax over those k
+values (Mistral's reference MoE).  ``full_softmax_then_renorm`` takes the
+softmax over all experts, picks the k largest probabilities and divides by
+their sum (HF Mixtral).  In exact arithmetic they are the same function:
+softmax is strictly monotone, so the same experts are picked, and in
+``p_i / sum_S p_j`` the partition function cancels.
+
+>>> import torch
+>>> logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]], dtype=torch.float64)
+>>> idx_a, w_a = topk_softmax(logits, 2)
+>>> idx_b, w_b = full_softmax_then_renorm(logits, 2)
+>>> idx_a.tolist(), idx_b.tolist()
+([[1, 2]], [[1, 2]])
+>>> torch.allclose(w_a, w_b)
+True
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "topk_softmax",
+    "full_softmax_then_renorm",
+    "dense_weights",
+    "RouterComparison",
+    "compare_routers",
+    "find_tied_row",
+    "k1_router_gradients",
+    "time_routers",
+    "router_source",
+]
+
+
+def _check_router_args(logits: torch.Tensor, k: int) -> None:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(
+            f"logits must be a floating-point tensor, got {logits.dtype}; "
+            "softmax over integer logits is undefined, cast first (e.g. logits.float())"
+        )
+    if logits.dim() < 1:
+        raise ValueError("logits must have at least one dim (the experts dim, last)")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    n_experts = logits.shape[-1]
+    if k <= 0:
+        raise ValueError(f"k must be >= 1 (experts chosen per token), got k={k}")
+    if k > n_experts:
+        raise ValueError(
+            f"k={k} is larger than the number of experts ({n_experts}, the last dim of logits)"
+        )
+
+
+def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of the logits, then a softmax over the k chosen values.
+
+    Returns ``(indices, weights)``, both of shape ``(..., k)``; the weights are
+    in ``logits.dtype``.
+
+    >>> import torch
+    >>> idx, w = topk_softmax(torch.tensor([0.0, 2.0, 1.0]), 1)
+    >>> idx.tolist(), w.tolist()
+    ([1], [1.0])
+    >>> topk_softmax(torch.tensor([1, 2, 3]), 1)
+    Traceback (most recent call last):
+    ...
+    TypeError: logits must be a floating-point tensor, got torch.int64; softmax over integer logits is undefined, cast first (e.g. logits.float())
+    """
+    _check_router_args(logits, k)
+    vals, idx = torch.topk(logits, k, dim=-1)
+    return idx, F.softmax(vals, dim=-1)
+
+
+def full_softmax_then_renorm(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over all experts, top-k of the probabilities, divide by their sum.
+
+    Returns ``(indices, weights)`` like :func:`topk_softmax`.
+
+    >>> import torch
+    >>> idx, w = full_softmax_then_renorm(torch.tensor([0.0, 2.0, 1.0]), 2)
+    >>> idx.tolist(), round(w.sum().item(), 6)
+    ([1, 2], 1.0)
+    >>> full_softmax_then_renorm(torch.zeros(4), 5)
+    Traceback (most recent call last):
+    ...
+    ValueError: k=5 is larger than the number of experts (4, the last dim of logits)
+    >>> full_softmax_then_renorm(torch.zeros(4), 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: k must be >= 1 (experts chosen per token), got k=0
+    """
+    _check_router_args(logits, k)
+    probs = F.softmax(logits, dim=-1)
+    w, idx = torch.topk(probs, k, dim=-1)
+    return idx, w / w.sum(dim=-1, keepdim=True)
+
+
+def dense_weights(idx: torch.Tensor, w: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Scatter ``(idx, w)`` into a dense ``(..., n_experts)`` float64 matrix.
+
+    Comparing dense matrices compares routers that chose different experts
+    fairly: an expert one router chose and the other did not counts with its
+    full weight.
+
+    >>> import torch
+    >>> dense_weights(torch.tensor([[2, 0]]), torch.tensor([[0.75, 0.25]]), 3).tolist()
+    [[0.25, 0.0, 0.75]]
+    """
+    out = torch.zeros(*idx.shape[:-1], n_experts, dtype=torch.float64)
+    return out.scatter(-1, idx, w.double())
+
+
+@dataclass(frozen=True)
+class RouterComparison:
+    """One row of the low-precision router table (A = topk_softmax, B = full_softmax_then_renorm)."""
+
+    dtype: torch.dtype
+    tokens: int
+    #: tokens whose two routers chose different expert sets
+    rows_different_set: int
+    #: largest weight difference between A and B, over the tokens where they agree on the set
+    max_abs_a_minus_b: float
+    #: largest error against the fp64 reference, over tokens that chose the reference's set
+    max_err_a: float
+    max_err_b: float
+    #: largest ``|sum(weights) - 1|`` (the sum taken exactly, in fp64)
+    max_sum_drift_a: float
+    max_sum_drift_b: float
+
+
+def _router_logits(tokens: int, n_experts: int, scale: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(tokens, n_experts, generator=g, dtype=torch.float64) * scale
+
+
+def compare_routers(
+    dtype: torch.dtype,
+    *,
+    tokens: int = 4096,
+    n_experts: int = 256,
+    k: int = 8,
+    scale: float = 2.0,
+    seed: int = 0,
+) -> RouterComparison:
+    """Run both routers entirely in ``dtype`` and compare them to each other and to fp64.
+
+    The logits are N(0, scale^2), rounded to ``dtype``; the reference is the
+    fp64 math on those same rounded logits, so only the routers' own rounding
+    is measured.  Weight errors are taken over the tokens whose expert set
+    matches (a swapped expert is a tie-break, counted in ``rows_different_set``,
+    not a rounding error of the weights).
+
+    >>> import torch
+    >>> c = compare_routers(torch.float64, tokens=64, n_experts=16, k=4)
+    >>> c.rows_different_set, c.max_abs_a_minus_b < 1e-15
+    (0, True)
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    ia, wa = topk_softmax(logits, k)
+    ib, wb = full_softmax_then_renorm(logits, k)
+    ir, wr = topk_softmax(logits.double(), k)
+    da, db = dense_weights(ia, wa, n_experts), dense_weights(ib, wb, n_experts)
+    dr = dense_weights(ir, wr, n_experts)
+    sa, sb, sr = (i.sort(dim=-1).values for i in (ia, ib, ir))
+    differ = (sa != sb).any(dim=-1)
+
+    def max_over(rows: torch.Tensor, diff: torch.Tensor) -> float:
+        d = diff.abs()[rows]
+        return float(d.max()) if d.numel() else 0.0
+
+    return RouterComparison(
+        dtype=dtype,
+        tokens=tokens,
+        rows_different_set=int(differ.sum()),
+        max_abs_a_minus_b=max_over(~differ, da - db),
+        max_err_a=max_over((sa == sr).all(dim=-1), da - dr),
+        max_err_b=max_over((sb == sr).all(dim=-1), db - dr),
+        max_sum_drift_a=float((wa.double().sum(-1) - 1).abs().max()),
+        max_sum_drift_b=float((wb.double().sum(-1) - 1).abs().max()),
+    )
+
+
+def find_tied_row(
+    dtype: torch.dtype,
+    *,
+    tokens: int = 4096,
+    n_experts: int = 256,
+    k: int = 8,
+    scale: float = 2.0,
+    seed: int = 0,
+) -> dict | None:
+    """The first token whose two routers chose different experts, with the logits at ranks k and k+1.
+
+    Same data as :func:`compare_routers`.  Returns ``None`` when every row agrees.
+
+    >>> import torch
+    >>> find_tied_row(torch.float64, tokens=64, n_experts=16, k=4) is None
+    True
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    ia, _ = topk_softmax(logits, k)
+    ib, _ = full_softmax_then_renorm(logits, k)
+    differ = (ia.sort(dim=-1).values != ib.sort(dim=-1).values).any(dim=-1)
+    rows = differ.nonzero().flatten()
+    if rows.numel() == 0:
+        return None
+    row = int(rows[0])
+    ranked = torch.sort(logits[row].double(), descending=True).values
+    probs = F.softmax(logits[row], dim=-1)
+    only_a = sorted(set(ia[row].tolist()) - set(ib[row].tolist()))
+    only_b = sorted(set(ib[row].tolist()) - set(ia[row].tolist()))
+    return {
+        "row": row,
+        "logit_rank_k": float(ranked[k - 1]),
+        "logit_rank_k_plus_1": float(ranked[k]),
+        "only_in_a": only_a,
+        "only_in_b": only_b,
+        "logits_of_swapped": [float(logits[row, e]) for e in only_a + only_b],
+        "probs_of_swapped": [float(probs[e]) for e in only_a + only_b],
+    }
+
+
+def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Gradients of ``sum(weight * upstream)`` w.r.t. the logits for k=1.
+
+    With k=1 both renormalizing routers return weight 1.0, a constant, so in
+    exact arithmetic the router gets no gradient.  ``topk_softmax``'s gradient
+    is exactly zero (softmax of one value: ``y * (g - g * y)`` with ``y == 1``);
+    ``full_softmax_then_renorm``'s is ``g * (1/w - w/w**2)``, which rounds to
+    tiny non-zero values in fp32.  Softmax then top-1 *without*
+    renormalization (Switch-style) keeps a real gradient.
+
+    >>> g = k1_router_gradients()
+    >>> bool((g["topk_softmax"] == 0).all())
+    True
+    >>> float(g["full_softmax_then_renorm"].abs().max()) < 1e-6
+    True
+    >>> float(g["softmax_top1_no_renorm"].abs().max()) > 1e-3
+    True
+    """
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(4, n_experts, generator=gen)
+    upstream = torch.randn(4, 1, generator=gen)
+    out = {}
+    for name in ("topk_softmax", "full_softmax_then_renorm", "softmax_top1_no_renorm"):
+        logits = base.clone().requires_grad_(True)
+        if name == "topk_softmax":
+            _, w = topk_softmax(logits, 1)
+        elif name == "full_softmax_then_renorm":
+            _, w = full_softmax_then_renorm(logits, 1)
+        else:
+            w, _ = torch.topk(F.softmax(logits, dim=-1), 1, dim=-1)
+        (w * upstream).sum().backward()
+        out[name] = logits.grad.detach()
+    return out
+
+
+def time_routers(
+    dtype: torch.dtype = torch.float32,
+    *,
+    tokens: int = 4096,
+    n_experts: int = 256,
+    k: int = 8,
+    repeats: int = 15,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Median wall time in seconds of each router, after one warm-up call.
+
+    >>> t = time_routers(tokens=8, n_experts=8, k=2, repeats=3)
+    >>> sorted(t), all(v > 0 for v in t.values())
+    (['full_softmax_then_renorm', 'topk_softmax'], True)
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    logits = _router_logits(tokens, n_experts, 2.0, seed).to(dtype)
+    out = {}
+    for fn in (topk_softmax, full_softmax_then_renorm):
+        fn(logits, k)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(logits, k)
+            samples.append(time.perf_counter() - t0)
+        out[fn.__name__] = statistics.median(samples)
+    return out
+
+
+def router_source(fn) -> str:
+    """The source of ``fn`` without its docstring, for showing the code a page ran.
+
+    >>> print(router_source(topk_softmax))
+    def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_router_args(logits, k)
+        vals, idx = torch.topk(logits, k, dim=-1)
+        return idx, F.softmax(vals, dim=-1)
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    src = textwrap.dedent(inspect.getsource(fn))
+    node = ast.parse(src).body[0]
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        raise TypeError(f"router_source expects a function, got {type(fn).__name__}")
+    lines = src.splitlines()
+    body = node.body
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        drop = set(range(body[0].lineno - 1, body[0].end_lineno))
+        lines = [line for i, line in enumerate(lines) if i not in drop]
+    return "\n".join(lines)

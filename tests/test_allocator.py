@@ -1,0 +1,262 @@
+"""Fast tests for explainers.allocator: parser, classifier, overlay, lock order, errors."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from explainers.allocator import build as B
+from explainers.allocator.errors import (
+    CompilerNotFoundError,
+    SnapshotCodeMissingError,
+    TorchHeadersNotFoundError,
+    TsanUnsupportedError,
+)
+from explainers.allocator.lockorder import parse_lock_order, to_svg
+from explainers.allocator.overlay import FIXED_FIELDS, revert_fix, sed_command
+from explainers.allocator.pyapi import HOST_KEYS, inspect_python_api
+from explainers.allocator.races import classify, group_by_family, load_sources
+from explainers.allocator.torchpaths import find_torch
+from explainers.allocator.tsan import parse_tsan
+
+DATA = Path(__file__).parent / "data" / "tsan"
+RUNS = sorted(DATA.glob("reverted_run*.txt"))
+
+
+@pytest.fixture(scope="module")
+def torch_install():
+    return find_torch()
+
+
+@pytest.fixture(scope="module")
+def sources(torch_install):
+    return load_sources(torch_install.header)
+
+
+# ---------------------------------------------------------------- parser
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.name)
+def test_real_runs_parse_completely(path):
+    log = parse_tsan(path.read_text())
+    assert len(log.reports) >= 1
+    assert not log.truncated
+    assert log.warnings_reported == len(log.reports) == len(log.data_races)
+    for r in log.reports:
+        assert r.complete and r.summary.startswith("data race")
+        assert r.current.frames and r.previous.frames
+        # Each side's mutex ids have a creation stack in the same report.
+        for acc in (r.current, r.previous):
+            for _, mid in acc.mutexes:
+                assert mid in r.mutex_stacks
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.name)
+def test_real_runs_classify_into_the_two_families(path, sources):
+    records = [classify(r, sources) for r in parse_tsan(path.read_text()).data_races]
+    assert {r.family for r in records} <= {"A", "B"}
+    for rec in records:
+        sides = (rec.current, rec.previous)
+        assert all(s.frames for s in sides)
+        if rec.family == "A":
+            by_role = {s.role.split()[0]: s for s in sides}
+            assert set(by_role) == {"worker", "snapshotter"}
+            assert set(by_role["snapshotter"].mutexes) == {"pool.blocks_mutex_", "block->mutex_"}
+            assert by_role["worker"].mutexes == ("pool.free_list_[index].mutex_",)
+            assert by_role["worker"].frames[0].function == "get_free_block"
+        else:
+            writer = next(s for s in sides if s.kind == "write")
+            reader = next(s for s in sides if s.kind == "read")
+            assert writer.role.startswith("profiler") and writer.mutexes == ("profiling_mutex_",)
+            assert writer.frames[0].function == "recordHistory"
+            assert reader.mutexes == ()
+        # The race in one sentence: no lock is held on both sides.
+        assert not set(rec.current.mutexes) & set(rec.previous.mutexes)
+
+
+def test_stored_runs_cover_every_fixed_field(sources):
+    fields = set()
+    for path in RUNS:
+        fields |= {classify(r, sources).field for r in parse_tsan(path.read_text()).data_races}
+    assert fields == set(FIXED_FIELDS)
+
+
+def test_truncated_report_is_kept_and_flagged():
+    log = parse_tsan((DATA / "truncated.txt").read_text())
+    assert log.truncated and log.warnings_reported is None
+    assert [r.complete for r in log.reports] == [True, True, False]
+    last = log.reports[-1]
+    assert last.current is not None and last.previous is not None
+    assert last.previous.frames == () and not last.previous.stack_restored
+    assert len(log.data_races) == 2  # the cut-off one is not offered for classification
+
+
+def test_mixed_report_kinds_and_unrestored_stack(sources):
+    log = parse_tsan((DATA / "mixed.txt").read_text())
+    assert [r.kind for r in log.reports] == ["data race", "lock-order-inversion"]
+    assert log.warnings_reported == 2 and not log.truncated
+    (race,) = log.data_races
+    rec = classify(race, sources)
+    assert rec.field == "context_recorder_" and rec.family == "B"
+    assert rec.previous.role.startswith("unknown") and rec.previous.mutexes == ("profiling_mutex_",)
+    assert rec.current.role.startswith("worker")
+
+
+def test_parse_rejects_bytes():
+    with pytest.raises(TypeError, match="str"):
+        parse_tsan(b"WARNING")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=0, max_value=30000))
+def test_any_prefix_parses_without_error(cut):
+    text = RUNS[0].read_text()
+    full = sum(r.complete for r in parse_tsan(text).reports)
+    log = parse_tsan(text[:cut])
+    assert sum(r.complete for r in log.reports) <= full
+    assert log.truncated == (bool(log.reports) and not log.reports[-1].complete)
+
+
+def test_group_by_family_orders_families(sources):
+    recs = [classify(r, sources) for r in parse_tsan(RUNS[0].read_text()).data_races]
+    groups = group_by_family(iter(recs))
+    assert list(groups) == sorted(groups)
+    assert sum(map(len, groups.values())) == len(recs)
+
+
+# ---------------------------------------------------------------- overlay
+
+
+def test_overlay_changes_only_the_four_declarations(torch_install):
+    text = torch_install.header.read_text()
+    out, changes = revert_fix(text)
+    assert len(out.split("\n")) == len(text.split("\n"))
+    assert [c[0] for c in changes] == [46, 1296, 1297, 1298]
+    diff = [i for i, (a, b) in enumerate(zip(text.split("\n"), out.split("\n"), strict=True)) if a != b]
+    assert [i + 1 for i in diff] == [46, 1296, 1297, 1298]
+    assert all("PlainAtomic<" in after and "std::atomic" not in after for _, _, after in changes)
+
+
+@pytest.mark.skipif(shutil.which("sed") is None, reason="needs sed")
+def test_sed_command_matches_python(torch_install, tmp_path):
+    dst = tmp_path / "o.h"
+    subprocess.run(["bash", "-c", sed_command(f'"{torch_install.header}"', str(dst))], check=True)
+    assert dst.read_text() == revert_fix(torch_install.header.read_text())[0]
+
+
+def test_prefix_header_without_atomics_is_rejected(torch_install):
+    old = torch_install.header.read_text().replace("std::atomic<bool> allocated_", "bool allocated_")
+    with pytest.raises(SnapshotCodeMissingError, match="allocated_: 0"):
+        revert_fix(old)
+
+
+# ---------------------------------------------------------------- lock order
+
+
+def test_lock_order_from_installed_header(torch_install):
+    order = parse_lock_order(torch_install.header.read_text())
+    assert order.edges == [
+        ("instance_mutex_", "pool.blocks_mutex_"),
+        ("pool.blocks_mutex_", "pool.free_list_[i].mutex_"),
+        ("pool.blocks_mutex_", "block->mutex_"),
+        ("pool.free_list_[i].mutex_", "alloc_trace_lock"),
+        ("block->mutex_", "alloc_trace_lock"),
+    ]
+    assert set(order.independent) == {
+        "events_mutex_", "external_registrations_mutex_", "profiling_mutex_"
+    }
+    svg = to_svg(order, {"profiling_mutex_": "#fc8"})
+    assert svg.count("<rect") == 8 and 'fill="#fc8"' in svg
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _fake_torch(root: Path, header: str) -> Path:
+    (root / "include" / "ATen" / "core").mkdir(parents=True)
+    (root / "include" / "ATen" / "core" / "CachingHostAllocator.h").write_text(header)
+    (root / "lib").mkdir()
+    (root / "lib" / "libc10.so").write_bytes(b"")
+    (root / "version.py").write_text("__version__ = '2.9.0'\n")
+    return root
+
+
+def test_missing_gxx_names_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(CompilerNotFoundError, match=r"apt-get install g\+\+"):
+        B.find_compiler()
+
+
+def test_gxx_without_tsan(tmp_path):
+    # A g++ whose link step fails the way a g++ without libtsan does.
+    fake = tmp_path / "bin" / "g++"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "g++ (Fake) 12.2.0"; exit 0; fi\n'
+        'echo "/usr/bin/ld: cannot find -ltsan: No such file or directory" >&2\n'
+        "exit 1\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(TsanUnsupportedError, match="libtsan2") as exc:
+        B.check_tsan(str(fake), cache=tmp_path / "cache")
+    assert "cannot find -ltsan" in str(exc.value)
+
+
+def test_header_without_snapshot_code(tmp_path):
+    root = _fake_torch(tmp_path / "torch", "struct HostBlock { bool allocated_; };\n")
+    spec = B.BuildSpec("shipped", find_torch(root))
+    with pytest.raises(SnapshotCodeMissingError, match=r"#182407.*pip install torch==2\.14\.1"):
+        # Fails on the header check, before any compiler is needed.
+        B.build(spec, "/nonexistent/g++", "g++ 0", cache=tmp_path / "cache")
+
+
+def test_torch_without_headers(tmp_path):
+    (tmp_path / "lib").mkdir()
+    with pytest.raises(TorchHeadersNotFoundError, match="ships no C\\+\\+ headers"):
+        find_torch(tmp_path)
+
+
+def test_bad_variant():
+    with pytest.raises(ValueError, match="variant must be one of"):
+        B.BuildSpec("unpatched", find_torch())
+
+
+# ---------------------------------------------------------------- python API
+
+
+def test_python_api_signature_and_keys():
+    info = inspect_python_api()
+    assert info.has_param("record_pinned_host_memory") and info.has_param("record_cuda")
+    assert info.param_default("record_pinned_host_memory") is False
+    assert info.documented_keys == HOST_KEYS == info.binary_keys
+
+
+# ---------------------------------------------------------------- runner arguments
+
+
+def test_runner_rejects_bad_bounds():
+    from explainers.allocator.runner import reproduce, run_build
+
+    with pytest.raises(ValueError, match="max_attempts"):
+        reproduce(max_attempts=0)
+    with pytest.raises(ValueError, match="iterations"):
+        run_build(None, 0, 1.0, {})
+    with pytest.raises(ValueError, match="max_seconds"):
+        run_build(None, 10, 600.0, {})
+
+
+def test_reader_script_is_the_runner_commands(torch_install):
+    from explainers.allocator.runner import reader_script, run_command
+
+    script = reader_script(torch_install, 123, 2.0)
+    for variant in B.VARIANTS:
+        spec = B.BuildSpec(variant, torch_install)
+        assert spec.script() in script
+        assert run_command(123, 2.0, spec.binary) in script

@@ -1,0 +1,35 @@
+"""The bf16-vs-fp32 all-reduce in a simulated world."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from explainers.precision_collectives import allreduce, allreduce_errors, rank_gradients
+
+
+def test_allreduce_is_a_sum_and_world_closes():
+    grads = {r: torch.full((3,), float(r + 1)) for r in range(4)}
+    assert allreduce(grads, torch.float32).tolist() == [10.0, 10.0, 10.0]
+    assert not dist.is_initialized()
+
+
+def test_bf16_comm_rounds_each_hop():
+    # 256 + 1 + 1 in bf16: 256 + 1 rounds back to 256 (8 significant bits), twice.
+    grads = {0: torch.tensor([256.0]), 1: torch.tensor([1.0]), 2: torch.tensor([1.0])}
+    assert allreduce(grads, torch.bfloat16).item() == 256.0
+    assert allreduce(grads, torch.float32).item() == 258.0
+
+
+def test_errors_grow_with_world_in_bf16_only():
+    small, large = allreduce_errors(2, n=512), allreduce_errors(32, n=512)
+    assert large["bf16 comm"] > small["bf16 comm"]
+    assert large["fp32 comm"] < 1e-6
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="world_size"):
+        rank_gradients(0)
+    with pytest.raises(ValueError, match="keyed 0"):
+        allreduce({1: torch.ones(1)}, torch.float32)
+    with pytest.raises(ValueError, match="comm_dtype"):
+        allreduce({0: torch.ones(1)}, torch.int32)

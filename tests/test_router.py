@@ -1,0 +1,91 @@
+"""Tests of the two MoE router formulations in explainers.router."""
+
+import pytest
+import torch
+
+from explainers.router import (
+    compare_routers,
+    dense_weights,
+    find_tied_row,
+    full_softmax_then_renorm,
+    k1_router_gradients,
+    topk_softmax,
+)
+
+ROUTERS = [topk_softmax, full_softmax_then_renorm]
+
+
+@pytest.mark.parametrize("fn", ROUTERS)
+def test_k_larger_than_experts(fn):
+    with pytest.raises(ValueError, match=r"k=9 is larger than the number of experts \(8"):
+        fn(torch.zeros(2, 8), 9)
+
+
+@pytest.mark.parametrize("fn", ROUTERS)
+@pytest.mark.parametrize("k", [0, -1])
+def test_k_not_positive(fn, k):
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        fn(torch.zeros(2, 8), k)
+
+
+@pytest.mark.parametrize("fn", ROUTERS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_logits(fn, dtype):
+    with pytest.raises(TypeError, match="floating-point"):
+        fn(torch.zeros(2, 8, dtype=dtype), 2)
+
+
+@pytest.mark.parametrize("fn", ROUTERS)
+def test_non_int_k_and_non_tensor(fn):
+    with pytest.raises(TypeError, match="k must be an int"):
+        fn(torch.zeros(2, 8), 2.0)
+    with pytest.raises(TypeError, match="k must be an int"):
+        fn(torch.zeros(2, 8), True)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        fn([[0.0, 1.0]], 1)
+
+
+def test_equal_in_fp64_values_and_grads():
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(32, 16, generator=g, dtype=torch.float64)
+    up = torch.randn(32, 4, generator=g, dtype=torch.float64)
+    grads, outs = [], []
+    for fn in ROUTERS:
+        x = base.clone().requires_grad_(True)
+        idx, w = fn(x, 4)
+        (dense_weights(idx, w, 16)[:, :4] * up).sum().backward()
+        outs.append(dense_weights(idx, w, 16))
+        grads.append(x.grad)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=1e-15)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-15)
+
+
+def test_weights_sum_to_one_and_k_matches():
+    x = torch.randn(5, 10)
+    for fn in ROUTERS:
+        idx, w = fn(x, 3)
+        assert idx.shape == w.shape == (5, 3)
+        torch.testing.assert_close(w.sum(-1), torch.ones(5))
+
+
+def test_bf16_ties_make_sets_differ():
+    # bf16 has 8 significant bits, so logits collide at the k-th place.
+    c = compare_routers(torch.bfloat16, tokens=4096, n_experts=256, k=8)
+    assert c.rows_different_set > 0
+    row = find_tied_row(torch.bfloat16, tokens=4096, n_experts=256, k=8)
+    assert row is not None
+    assert row["logit_rank_k"] == row["logit_rank_k_plus_1"]
+
+
+def test_fp32_agrees_and_b_rounds_more_in_bf16():
+    c32 = compare_routers(torch.float32, tokens=512, n_experts=64, k=4)
+    assert c32.rows_different_set == 0 and c32.max_abs_a_minus_b < 1e-6
+    c16 = compare_routers(torch.bfloat16, tokens=512, n_experts=64, k=4)
+    assert c16.max_err_b > c16.max_err_a
+
+
+def test_k1_gradient():
+    g = k1_router_gradients()
+    assert torch.equal(g["topk_softmax"], torch.zeros_like(g["topk_softmax"]))
+    assert g["full_softmax_then_renorm"].abs().max() < 1e-6
+    assert g["softmax_top1_no_renorm"].abs().max() > 1e-3
