@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -146,6 +147,11 @@ def ensure_browser(session: nox.Session) -> None:
         session.log("Installing Debian's chromium with apt-get (the browser gate never downloads a browser)")
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
+    if shutil.which("npm") is None:
+        if os.geteuid() != 0:
+            session.error("npm is missing: install it (sudo apt-get install npm) to fetch axe-core")
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "npm", external=True)
     package = NPM_PREFIX / "node_modules" / "axe-core" / "package.json"
     if not AXE_JS.exists() or f'"version": "{AXE_VERSION}"' not in package.read_text():
         session.run("npm", "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",

@@ -117,9 +117,10 @@ class Visit:
             self.external.append(url)
             route.abort()
 
-    def open(self, page: str):
+    def open(self, page: str, idle: bool = False):
         self.page.goto(self.base + page, wait_until="load")
-        self.page.wait_for_load_state("networkidle")
+        if idle:  # let late scripts run (and fail) before judging the console and the requests
+            self.page.wait_for_load_state("networkidle")
         return self.page
 
     def close(self):
@@ -162,7 +163,7 @@ def _axe_present():
 def test_page_in_theme_is_clean(browser, base_url, page, theme):
     visit = Visit(browser, base_url, theme)
     try:
-        p = visit.open(page)
+        p = visit.open(page, idle=True)
         applied = p.evaluate("document.documentElement.dataset.theme")
         violations = [v for v in _axe(p) if v["impact"] in ("serious", "critical")]
         kept, excluded = _without_listed_exclusions(p, violations)

@@ -122,12 +122,17 @@ def _offline_prefix() -> list[str]:
 
 
 def _checkout_files(root) -> list:
-    """The files of this checkout (tracked and untracked, not ignored)."""
+    """The files of this checkout (tracked and untracked, not ignored; without git, all but outputs)."""
     import subprocess
 
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
-                         capture_output=True, check=True).stdout.decode()
-    return [p for p in out.split("\0") if p]
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                             capture_output=True, check=True).stdout.decode()
+        return [p for p in out.split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"_build", "jupyter_execute", ".cache", ".nox", ".git", "__pycache__", ".pytest_cache"}
+        return [p.relative_to(root).as_posix() for p in root.rglob("*")
+                if p.is_file() and not skip & set(p.relative_to(root).parts)]
 
 
 @pytest.mark.site
