@@ -26,6 +26,7 @@ its prose a figure that one of its cells computes and glues.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -165,7 +166,7 @@ def prose(text: str) -> str:
     return out
 
 
-_NUMBER = re.compile(r"(?<![\w.])[-−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w]|\.\d)")
+_NUMBER = re.compile(r"(?<![\w.,])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w]|[.,]\d)")
 
 
 def _as_float(text: str) -> float | None:
@@ -180,17 +181,18 @@ def hard_coded_figures(text: str, shown: dict[str, str]) -> list[tuple[str, str]
 
     ``shown`` maps each glue key to the text the page displays for it.  A
     number in the prose matches when it equals that text, or has the same
-    value.  Single-digit figures are not matched: they collide with ordinary
-    counting ("dims 0, 2, 4") far more often than they restate a result.
+    value.  Figures whose value is a whole number from -9 to 9 (``0.0``,
+    ``8``) are not matched: they collide with ordinary counting ("dims 0, 2,
+    4") far more often than they restate a result.
 
-    >>> page = "We ran {glue:text}`runs` runs; all 1024 agreed, in 12.5 ms and 3 passes."
-    >>> hard_coded_figures(page, {"runs": "1024", "ms": "12.5", "passes": "3", "stamp": "executed"})
-    [('runs', '1024'), ('ms', '12.5')]
+    >>> page = "We ran {glue:text}`runs` runs; all 1,024 agreed, in 12.5 ms, 3 passes, 100 000 rows."
+    >>> hard_coded_figures(page, {"runs": "1024", "ms": "12.5", "passes": "3.0", "zero": "0.0"})
+    [('runs', '1,024'), ('ms', '12.5')]
     """
     values = {}
     for key, text_shown in shown.items():
         value = _as_float(text_shown.strip())
-        if value is None or re.fullmatch(r"\s*-?\d\s*", text_shown):
+        if value is None or not math.isfinite(value) or (value == int(value) and abs(value) <= 9):
             continue
         values[key] = (text_shown.strip(), value)
     found = []

@@ -135,6 +135,13 @@ def test_every_nox_session_the_docs_name_exists():
 
 # -- claims: no hard-coded figures ------------------------------------------------------
 
+# A number in prose that equals a glued figure by coincidence: (page, number) -> why it is not
+# that figure.  Keep each reason specific; a restated result never belongs here.
+CLAIM_WAIVERS = {
+    ("precision", "256"): "the router benchmark's expert count (a setting); the fp16 running sum "
+                          "(loop_fp16) also happens to stall at 256",
+}
+
 
 def _shown_values(page: str, text: str) -> dict[str, str]:
     """Glue key -> the text the page shows for it (with the role's format, if used)."""
@@ -168,6 +175,7 @@ def test_no_page_hard_codes_a_figure_its_cells_glue(site, path):
     page = path.relative_to(DOCS).with_suffix("").as_posix()
     shown = _shown_values(page, text)
     assert shown, f"{page}: calls glue() but the build recorded no glued values"
-    assert hard_coded_figures(text, shown) == [], (
+    found = [(key, n) for key, n in hard_coded_figures(text, shown) if (page, n) not in CLAIM_WAIVERS]
+    assert found == [], (
         f"{page}: prose repeats a glued figure; paste it with {{glue:text}}`key` instead"
     )
