@@ -41,14 +41,17 @@ def sphinx_command(python: str | os.PathLike, docs: Path, outdir: Path, doctrees
     """The strict ``sphinx-build`` command line.
 
     ``-n`` nitpicky, ``-W`` warnings are errors, ``--keep-going`` lists every
-    warning, ``-T`` full tracebacks.
+    warning, ``-T`` full tracebacks, ``-a`` writes every page even when only
+    some were re-read: each page's sidebar and next/previous links come from
+    the whole toctree, so an incremental build that adds a page would
+    otherwise leave stale navigation on the unchanged ones.
 
     >>> from pathlib import Path
     >>> cmd = sphinx_command("python", Path("docs"), Path("out"), Path("dt"), ["-j", "2"])
     >>> " ".join(cmd)
-    'python -m sphinx -b html -n -W --keep-going -T -d dt -j 2 docs out'
+    'python -m sphinx -b html -n -W --keep-going -T -a -d dt -j 2 docs out'
     """
-    return [str(python), "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T",
+    return [str(python), "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T", "-a",
             "-d", str(doctrees), *extra, str(docs), str(outdir)]
 
 
