@@ -1,7 +1,7 @@
 """The staged, strict site build that ``nox -s docs`` runs, importable for tests.
 
-Sphinx writes into ``_build/staging`` (seeded with the last good site and its
-doctrees, so the build stays incremental) and the result replaces
+Sphinx writes into ``_build/staging`` (seeded with the last good doctrees and
+executed notebooks, so only changed pages are read and run) and the result replaces
 ``_build/html`` only when the build succeeds: a failed build leaves the last
 good site byte for byte as it was.  ``noxfile.py`` and the fault-injection
 tests (``tests/test_faults.py``) call the same :func:`build_site`, so the tests
@@ -107,9 +107,11 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    # Start from the last good site, its doctrees and executed notebooks (with
-    # their .glue.json, read by the claims test) so the build is incremental.
-    for name in PUBLISHED:
+    # Start from the last good doctrees and executed notebooks (with their
+    # .glue.json, read by the claims test), so only changed pages are read and
+    # executed.  The HTML is not carried over: with -a every page is written
+    # afresh, so files the site no longer uses (old images) do not linger.
+    for name in ("doctrees", "jupyter_execute"):
         if (build / name).exists():
             shutil.copytree(build / name, staging / name, symlinks=True)
     cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
