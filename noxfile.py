@@ -191,3 +191,15 @@ def tests(session: nox.Session) -> None:
         print_figures(session)
         raise
     browser(session)
+
+
+@nox.session(python=False, default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: build speed, cache effectiveness, explainer cost; writes bench/results.md.
+
+    Not a default session and not part of `tests` (its regression check of the
+    stable ratios is, in tests/test_bench_ratios.py).  posargs go to
+    `python -m bench`, e.g. `nox -s bench -- --runs 5 --experiments`.
+    """
+    ensure_env(session)
+    run_py(session, "-m", "bench", *session.posargs)

@@ -28,6 +28,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx.ext.graphviz",
     "explainer_deps",
+    "parallel_exec",  # -j safe: cache database made before workers fork, per-process kernel ports
 ]
 
 exclude_patterns = [
@@ -67,6 +68,9 @@ nb_execution_excludepatterns: list[str] = []
 html_theme = "sphinx_book_theme"
 html_title = "torch-explainers"
 html_static_path = ["_static"]
+# One template override: the theme's asset macros without fontawesome.js (1.56 MB
+# of icons as JS, for custom icons this site does not use); see the file's header.
+templates_path = ["_templates"]
 html_css_files = ["explainers.css"]
 html_last_updated_fmt = None
 html_theme_options = {
