@@ -184,7 +184,11 @@ class Tree:
         The kernels still start as separate processes.
         """
         build = self.docs / "_build"
-        args = self.noxfile.sphinx_args(build / out, build / f"{out}-doctrees", list(extra or []))
+        from explainers.build import sphinx_command
+
+        # The copy's strict command line, without the interpreter: ["-m", "sphinx", ...].
+        args = sphinx_command(self.noxfile.PY, self.docs, build / out, build / f"{out}-doctrees",
+                              list(extra or []))[1:]
         if not strict:
             args = [a for a in args if a != "-W"]
         if in_process:
