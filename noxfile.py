@@ -1,9 +1,10 @@
 """Build and test torch-explainers.
 
     nox -s docs      build the site strictly (staged: a failed build keeps the last good site)
-    nox -s tests     everything CI runs: unit tests, doctests, a full docs build, site checks
+    nox -s tests     everything CI runs: unit tests, doctests, a full docs build, site checks, browser
     nox -s doctest   doctests in `explainers/` docstrings and in the docs pages
     nox -s lint      ruff
+    nox -s browser   the built site in Debian's Chromium: themes, a11y, offline, copy, search, mobile
     nox -s docs-live rebuild on change while you write (not a default session)
 
 All sessions share one Python environment per machine (torch is ~5 GB), at
@@ -24,6 +25,9 @@ from pathlib import Path
 
 import nox
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from explainers.build import build_site as staged_build  # noqa: E402
+
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["lint", "tests"]
 nox.options.error_on_external_run = False
@@ -32,9 +36,15 @@ ROOT = Path(__file__).resolve().parent
 DOCS = ROOT / "docs"
 BUILD = DOCS / "_build"
 SITE = BUILD / "html"
-STAGING = BUILD / "staging"
 ENV = Path(os.environ.get("TORCH_EXPLAINERS_ENV", Path.home() / ".cache" / "torch-explainers" / "env"))
 PY = ENV / "bin" / "python"
+
+# The browser gate: Debian's chromium (apt, never a Playwright download) and
+# axe-core from npm, installed into a gitignored folder of the checkout.
+CHROMIUM = Path("/usr/bin/chromium")
+AXE_VERSION = "4.14.1"
+NPM_PREFIX = ROOT / ".cache" / "npm"
+AXE_JS = NPM_PREFIX / "node_modules" / "axe-core" / "axe.min.js"
 
 # The book's code is imported from the checkout, not installed: every
 # worktree and clone tests its own `explainers` against the shared env.
@@ -79,43 +89,21 @@ def run_py(session: nox.Session, *args: str, **kwargs) -> object:
     return session.run(str(PY), *args, env=RUN_ENV, external=True, **kwargs)
 
 
-def sphinx_args(outdir: Path, doctrees: Path, extra: list[str]) -> list[str]:
-    # -n nitpicky, -W warnings are errors, --keep-going lists every warning, -T tracebacks.
+def build_site(session: nox.Session, extra: list[str]) -> None:
+    """Build into a staging copy of the site; replace the site only on success.
+
+    The logic is `explainers.build.build_site`, shared with the fault-injection tests.
+    """
     # -j auto unless the caller chose (`nox -s docs -- -j 1` builds serially): pages
     # execute in one worker per core, which docs/_ext/parallel_exec.py makes safe.
     # Each kernel spends seconds importing torch, so on 2 cores this is the one
     # change that brings a cold build under a minute (bench/results.md).
-    jobs = [] if any(a == "-j" or a.startswith(("-j", "--jobs")) for a in extra) else ["-j", "auto"]
-    return ["-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-T", *jobs,
-            "-d", str(doctrees), *extra, str(DOCS), str(outdir)]
-
-
-def build_site(session: nox.Session, extra: list[str]) -> None:
-    """Build into a staging copy of the site; replace the site only on success."""
-    if STAGING.exists():
-        shutil.rmtree(STAGING)
-    STAGING.mkdir(parents=True)
-    # Start from the last good site and its doctrees so the build is incremental.
-    for name in ("html", "doctrees"):
-        if (BUILD / name).exists():
-            shutil.copytree(BUILD / name, STAGING / name, symlinks=True)
-    try:
-        run_py(session, *sphinx_args(STAGING / "html", STAGING / "doctrees", extra))
-    except nox.command.CommandFailed:
-        where = SITE / "index.html"
-        kept = f"The last good site is unchanged at {where}." if where.exists() else "There is no previous site."
-        session.error(f"The docs build FAILED (see the warnings above, each names its page). {kept}")
-    for name in ("html", "doctrees"):
-        old = BUILD / f"{name}.old"
-        if old.exists():
-            shutil.rmtree(old)
-        if (BUILD / name).exists():
-            (BUILD / name).rename(old)
-        (STAGING / name).rename(BUILD / name)
-        if old.exists():
-            shutil.rmtree(old)
-    shutil.rmtree(STAGING, ignore_errors=True)
-    session.log(f"Site built: {SITE / 'index.html'}")
+    if not any(a.startswith(("-j", "--jobs")) for a in extra):
+        extra = ["-j", "auto", *extra]
+    result = staged_build(DOCS, PY, extra, env={**os.environ, **RUN_ENV})
+    if not result.ok:
+        session.error(result.message)
+    session.log(result.message)
     session.log(f"View it:    python3 -m http.server --directory {SITE} 8000  ->  http://127.0.0.1:8000/")
 
 
@@ -157,14 +145,58 @@ def lint(session: nox.Session) -> None:
     run_py(session, "-m", "ruff", "check", "explainers", "tests", "docs/conf.py", "docs/_ext", "noxfile.py")
 
 
+def ensure_browser(session: nox.Session) -> None:
+    """Install Debian's chromium (apt-get) and axe-core (npm) when they are missing."""
+    if not CHROMIUM.exists():
+        if os.geteuid() != 0:
+            session.error(f"{CHROMIUM} is missing: install Debian's chromium (sudo apt-get install chromium)")
+        session.log("Installing Debian's chromium with apt-get (the browser gate never downloads a browser)")
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
+    if shutil.which("npm") is None:
+        if os.geteuid() != 0:
+            session.error("npm is missing: install it (sudo apt-get install npm) to fetch axe-core")
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "npm", external=True)
+    package = NPM_PREFIX / "node_modules" / "axe-core" / "package.json"
+    if not AXE_JS.exists() or f'"version": "{AXE_VERSION}"' not in package.read_text():
+        session.run("npm", "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
+                    f"axe-core@{AXE_VERSION}", external=True)
+
+
+def print_figures(session: nox.Session) -> None:
+    session.run(str(PY), str(ROOT / "tests" / "gate_figures.py"), env=RUN_ENV, external=True)
+
+
+@nox.session(python=False)
+def browser(session: nox.Session) -> None:
+    """The built site in Chromium (Playwright), offline: every page in light and dark theme."""
+    ensure_env(session)
+    ensure_browser(session)
+    if not (SITE / "index.html").exists():
+        build_site(session, [])
+    try:
+        session.run(str(PY), "-m", "pytest", "-m", "browser", "-p", "no:cacheprovider", *session.posargs,
+                    env={**RUN_ENV, "CHROMIUM": str(CHROMIUM), "AXE_JS": str(AXE_JS)}, external=True)
+    finally:
+        print_figures(session)
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML."""
+    """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML,
+    the browser gate; then the gate's figures."""
     ensure_env(session)
-    run_py(session, "-m", "pytest", "-m", "not site and not browser", *session.posargs)
-    doctest(session)
-    build_site(session, [])
-    run_py(session, "-m", "pytest", "-m", "site", "-p", "no:cacheprovider")
+    run_py(session, str(ROOT / "tests" / "gate_figures.py"), "--reset")
+    try:
+        run_py(session, "-m", "pytest", "-m", "not site and not browser", *session.posargs)
+        doctest(session)
+        build_site(session, [])
+        run_py(session, "-m", "pytest", "-m", "site", "-p", "no:cacheprovider")
+    except nox.command.CommandFailed:
+        print_figures(session)
+        raise
+    browser(session)
 
 
 @nox.session(python=False, default=False)

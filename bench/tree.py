@@ -187,7 +187,10 @@ class Tree:
         extra = list(extra or [])
         if in_process and not any(a.startswith(("-j", "--jobs")) for a in extra):
             extra = ["-j", "1", *extra]  # never fork the calling process (pytest) into workers
-        args = self.noxfile.sphinx_args(build / out, build / f"{out}-doctrees", extra)
+        from explainers.build import sphinx_command
+
+        # The copy's strict command line, without the interpreter: ["-m", "sphinx", ...].
+        args = sphinx_command(self.noxfile.PY, self.docs, build / out, build / f"{out}-doctrees", extra)[1:]
         if not strict:
             args = [a for a in args if a != "-W"]
         if in_process:

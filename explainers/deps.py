@@ -24,17 +24,36 @@ from pathlib import Path
 
 __all__ = ["imported_modules", "module_closure", "page_dependencies", "dependency_cell"]
 
-_IMPORT = re.compile(r"^\s*(?:from|import)\s+(explainers(?:\.\w+)*)", re.MULTILINE)
+_FROM = re.compile(r"^[ \t]*from[ \t]+(explainers(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)", re.MULTILINE)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
 MARKER = "# explainers-deps:"
 
 
 def imported_modules(code: str) -> set[str]:
     """The ``explainers`` modules named by import statements in ``code``.
 
+    ``from explainers import mesh`` names the submodule ``explainers.mesh``
+    (an imported attribute such as ``render`` in ``from explainers.render
+    import render`` is also listed; :func:`module_closure` skips names that
+    are not modules).
+
     >>> sorted(imported_modules("import torch\\nfrom explainers.mesh import x\\nimport explainers.render"))
-    ['explainers.mesh', 'explainers.render']
+    ['explainers.mesh', 'explainers.mesh.x', 'explainers.render']
+    >>> sorted(imported_modules("from explainers import (mesh,\\n    render as r)\\nimport os, explainers.deps as d"))
+    ['explainers', 'explainers.deps', 'explainers.mesh', 'explainers.render']
     """
-    return set(_IMPORT.findall(code))
+    found: set[str] = set()
+    for module, names in _FROM.findall(code):
+        found.add(module)
+        for name in names.strip("()").replace("\n", " ").split(","):
+            if name.split():
+                found.add(f"{module}.{name.split()[0]}")
+    for names in _IMPORT.findall(code):
+        for name in names.split(","):
+            first = name.split()[0] if name.split() else ""
+            if first == "explainers" or first.startswith("explainers."):
+                found.add(first)
+    return found
 
 
 def _module_path(name: str, root: Path) -> Path | None:

@@ -184,6 +184,12 @@ def figure_svg(fig):
     >>> fig, ax = plt.subplots()
     >>> figure_svg(fig).data.startswith("<svg")
     True
+    >>> def drawn():
+    ...     fig, ax = plt.subplots()
+    ...     _ = ax.plot([0, 1], [1, 0])
+    ...     return figure_svg(fig).data
+    >>> drawn() == drawn()
+    True
     """
     import io
 
@@ -191,7 +197,9 @@ def figure_svg(fig):
     from IPython.display import SVG
 
     buf = io.StringIO()
-    # No date in the metadata: the same figure gives the same bytes.
-    fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight", metadata={"Date": None})
+    # No date in the metadata, and a fixed salt for the element ids (random
+    # otherwise): the same figure gives the same bytes.
+    with plt.rc_context({"svg.hashsalt": "torch-explainers"}):
+        fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     return SVG(buf.getvalue())

@@ -72,7 +72,7 @@ def _tiny_source(src: Path) -> Path:
     (docs / "beta.md").write_text(_page("Beta", "beta"))
     pkg = src / "explainers"
     pkg.mkdir()
-    for name in ("__init__.py", "deps.py"):
+    for name in ("__init__.py", "deps.py", "build.py"):  # build.py: the noxfile's staged build
         shutil.copy2(ROOT / "explainers" / name, pkg / name)
     (pkg / "alpha.py").write_text('"""Alpha."""\nVALUE = "alpha"\n')
     (pkg / "beta.py").write_text('"""Beta."""\nVALUE = "beta"\n')

@@ -1,0 +1,80 @@
+"""The quality gate's figures: tests record them, `nox -s tests` prints them at the end.
+
+Each test writes one small JSON file under ``docs/_build/gate-figures/``;
+``python tests/gate_figures.py`` prints the summary (and ``--reset`` clears
+the folder at the start of a run, so old figures never mix in).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+FIGURES = Path(__file__).resolve().parents[1] / "docs" / "_build" / "gate-figures"
+
+
+def record(group: str, name: str, **values) -> None:
+    """Store the figures of one check, e.g. ``record("faults", "syntax-error", caught=True)``."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    (FIGURES / f"{group}.{safe}.json").write_text(json.dumps({"group": group, "name": name, **values}))
+
+
+def load() -> list[dict]:
+    if not FIGURES.is_dir():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(FIGURES.glob("*.json"))]
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """One line per figure, from the recorded rows.
+
+    >>> rows = [{"group": "faults", "name": "a", "caught": True},
+    ...         {"group": "faults", "name": "b", "caught": False}]
+    >>> summary(rows)[0]
+    'faults caught:            1 of 2 injected (not caught: b)'
+    """
+    by = {}
+    for row in rows:
+        by.setdefault(row["group"], []).append(row)
+    lines = []
+    if "faults" in by:
+        faults = by["faults"]
+        missed = [r["name"] for r in faults if not r["caught"]]
+        lines.append(f"faults caught:            {len(faults) - len(missed)} of {len(faults)} injected"
+                     + (f" (not caught: {', '.join(missed)})" if missed else ""))
+    if "browser" in by:
+        pages = [r for r in by["browser"] if r["name"].startswith("page:")]
+        lines.append(f"pages x themes checked:   {len(pages)} "
+                     f"({len({r['page'] for r in pages})} pages x {len({r['theme'] for r in pages})} themes)")
+        lines.append(f"a11y violations:          {sum(r['violations'] for r in pages)} serious/critical "
+                     f"({sum(r['excluded'] for r in pages)} excluded with a listed reason)")
+        lines.append(f"external requests:        {sum(r['external'] for r in pages)}")
+        lines.append(f"console errors:           {sum(r['console_errors'] for r in pages)}")
+        for r in by["browser"]:
+            if not r["name"].startswith("page:"):
+                lines.append(f"{r['name'] + ':':26}{r['result']}")
+    if "mobile" in by:
+        wide = [r["name"] for r in by["mobile"] if r["overflow"] > 0]
+        lines.append(f"375 px viewport:          {len(by['mobile']) - len(wide)} of {len(by['mobile'])} pages "
+                     f"without sideways scrolling; {sum(r['boxes'] for r in by['mobile'])} wide blocks scroll in their box")
+    if "copy" in by:
+        lines.append(f"copy buttons:             {len(by['copy'])} pages: "
+                     + "; ".join(f"{r['name']} {r['result']}" for r in by["copy"]))
+    if "search" in by:
+        lines.append(f"search (offline):         {len(by['search'])} pages found: "
+                     + ", ".join(f"{r['name']} by {r['term']!r}" for r in by["search"]))
+    for group in ("links", "determinism", "offline", "deps"):
+        for r in by.get(group, []):
+            lines.append(f"{group + ':':26}{r['result']}")
+    return lines
+
+
+if __name__ == "__main__":
+    if "--reset" in sys.argv:
+        shutil.rmtree(FIGURES, ignore_errors=True)
+        sys.exit(0)
+    lines = summary(load())
+    print("\n".join(["", "== quality gate figures ==", *(lines or ["(no figures recorded)"])]))

@@ -1,0 +1,181 @@
+"""Every copyable block is run or says why not; no page hard-codes a figure it computes.
+
+A copyable block (a MyST-NB code cell, a ``{code-block}``, a fenced block, a
+``{literalinclude}``) in ``docs/`` or the README must be one of:
+
+- an executed code cell (the page is a MyST notebook, the cell is not tagged
+  ``skip-execution`` and the page is not in ``nb_execution_excludepatterns``);
+- a block of ``>>>`` examples, collected by ``nox -s doctest``;
+- a ``{literalinclude}`` of a file in ``explainers/`` that the tests exercise;
+- preceded by ``<!-- snippet: not-run — reason -->``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+from explainers.sourceblocks import copyable_blocks, glue_roles, hard_coded_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+EXPLAINERS = ROOT / "explainers"
+
+
+def sources() -> list[Path]:
+    pages = [p for p in DOCS.rglob("*.md") if not {"_build", "jupyter_execute"} & set(p.parts)]
+    return [ROOT / "README.md", *sorted(pages)]
+
+
+def _exclude_patterns() -> list[str]:
+    return list(runpy.run_path(str(DOCS / "conf.py")).get("nb_execution_excludepatterns", []))
+
+
+def _tested_by_the_suite(target: Path) -> bool:
+    """A file in explainers/ that a test or a doctested module names."""
+    if target.suffix == ".py":
+        module = ".".join(target.relative_to(ROOT).with_suffix("").parts)
+        needles = [module, f"from {module.rpartition('.')[0]} import {target.stem}"]
+    else:
+        needles = [target.name]
+    haystack = [p.read_text(encoding="utf-8") for p in (ROOT / "tests").glob("test_*.py")]
+    haystack += [p.read_text(encoding="utf-8") for p in EXPLAINERS.rglob("*.py") if p != target]
+    return any(n in text for n in needles for text in haystack)
+
+
+def problems(path: Path, text: str, exclude: list[str]) -> list[str]:
+    """Why each block in ``text`` is neither run nor marked (empty when all are fine)."""
+    notebook = "file_format: mystnb" in text
+    if path.is_relative_to(DOCS):
+        docname = path.relative_to(DOCS).as_posix()
+        excluded = any(fnmatch(docname, pat) or fnmatch(str(path), pat) for pat in exclude)
+    else:
+        excluded = False
+    found = []
+    for block in copyable_blocks(text):
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{block.line}"
+        if block.marker is not None:
+            if len(block.marker.split()) < 3:
+                found.append(f"{where}: the not-run marker needs a reason of a few words")
+            continue
+        if block.kind == "code-cell":
+            if not notebook:
+                found.append(f"{where}: a code-cell on a page that is not a MyST notebook never runs")
+            elif excluded:
+                found.append(f"{where}: the page is in nb_execution_excludepatterns; mark the cell")
+            elif "skip-execution" in block.tags:
+                found.append(f"{where}: tagged skip-execution; mark it with a reason")
+            continue
+        if block.kind == "literalinclude":
+            target = (path.parent / block.lang).resolve()
+            if not target.is_file():
+                found.append(f"{where}: literalinclude of a missing file {block.lang}")
+            elif not target.is_relative_to(EXPLAINERS):
+                found.append(f"{where}: literalinclude of {block.lang}, outside explainers/ (not tested)")
+            elif not _tested_by_the_suite(target):
+                found.append(f"{where}: no test or doctested module uses {target.name}")
+            continue
+        if block.doctest:
+            continue
+        found.append(
+            f"{where}: a {block.kind} block ({block.lang or 'no language'}) that is neither executed "
+            "nor a doctest; run it, or put `<!-- snippet: not-run — reason -->` on the line before it"
+        )
+    return found
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_copyable_block_is_run_or_marked(path):
+    assert problems(path, path.read_text(encoding="utf-8"), _exclude_patterns()) == []
+
+
+def test_the_walker_catches_unmarked_unrun_and_unreasoned_blocks(tmp_path):
+    page = tmp_path / "page.md"
+    text = "\n".join([
+        "```bash", "rm -rf build", "```",                                    # unmarked
+        "<!-- snippet: not-run -- ok -->", "```bash", "make", "```",         # reason too short
+        "```{code-cell} ipython3", "1", "```",                               # not a notebook
+        "```{literalinclude} /etc/hostname", "```",                          # outside explainers/
+        "<!-- snippet: not-run — needs a GPU to run -->", "```python", "x", "```",  # fine
+        "```python", ">>> 1 + 1", "2", "```",                                # doctest, fine
+    ])
+    found = problems(page, text, [])
+    assert len(found) == 4, found
+    assert [f.split(":")[1] for f in found] == ["1", "5", "8", "11"]
+
+
+def test_the_walker_knows_excluded_pages_and_skipped_cells():
+    head = "---\nfile_format: mystnb\n---\n"
+    cell = "```{code-cell} ipython3\n:tags: [skip-execution]\n1\n```\n"
+    assert len(problems(DOCS / "x.md", head + cell, [])) == 1
+    assert len(problems(DOCS / "x.md", head + cell.replace("skip-execution", "hide-input"), ["x.md"])) == 1
+    assert problems(DOCS / "x.md", head + cell.replace("skip-execution", "hide-input"), []) == []
+
+
+def test_the_doctest_session_collects_the_markdown():
+    # `>>>` blocks count as tested only because `nox -s doctest` globs them.
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    body = noxfile[noxfile.index("def doctest(") :].split("\n@nox.session", 1)[0]
+    for needle in ('"--doctest-glob=*.md"', '"README.md"', '"docs"', '"--doctest-modules"'):
+        assert needle in body, needle
+
+
+def test_every_nox_session_the_docs_name_exists():
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    sessions = set(re.findall(r'@nox\.session\([^)]*name="([\w-]+)"', noxfile))
+    sessions |= set(re.findall(r"@nox\.session\((?![^)]*name=)[^)]*\)\ndef (\w+)", noxfile))
+    named = {(p, s) for p in sources() for s in re.findall(r"nox -s ([\w-]+)", p.read_text(encoding="utf-8"))}
+    assert {(p.name, s) for p, s in named if s not in sessions} == set()
+
+
+# -- claims: no hard-coded figures ------------------------------------------------------
+
+# A number in prose that equals a glued figure by coincidence: (page, number) -> why it is not
+# that figure.  Keep each reason specific; a restated result never belongs here.
+CLAIM_WAIVERS = {
+    ("precision", "256"): "the router benchmark's expert count (a setting); the fp16 running sum "
+                          "(loop_fp16) also happens to stall at 256",
+}
+
+
+def _shown_values(page: str, text: str) -> dict[str, str]:
+    """Glue key -> the text the page shows for it (with the role's format, if used)."""
+    from myst_nb.core.variables import format_plain_text
+
+    glue_file = DOCS / "_build" / "jupyter_execute" / f"{page}.glue.json"
+    if not glue_file.is_file():
+        pytest.fail(f"{glue_file} is missing: rebuild the site (nox -s docs) so the page is executed")
+    data = json.loads(glue_file.read_text(encoding="utf-8"))
+    shown = {}
+    for key, value in data.items():
+        plain = value.get("data", {}).get("text/plain")
+        if plain is None:
+            continue
+        shown[key] = format_plain_text(plain, "")
+        for role_key, fmt in glue_roles(text):
+            if role_key == key and fmt:
+                shown[f"{key}:{fmt}"] = format_plain_text(plain, fmt)
+    return shown
+
+
+def _glued_pages() -> list[Path]:
+    return [p for p in sources()[1:] if "file_format: mystnb" in p.read_text(encoding="utf-8")
+            and "glue(" in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("path", _glued_pages(), ids=lambda p: p.stem)
+def test_no_page_hard_codes_a_figure_its_cells_glue(site, path):
+    text = path.read_text(encoding="utf-8")
+    page = path.relative_to(DOCS).with_suffix("").as_posix()
+    shown = _shown_values(page, text)
+    assert shown, f"{page}: calls glue() but the build recorded no glued values"
+    found = [(key, n) for key, n in hard_coded_figures(text, shown) if (page, n) not in CLAIM_WAIVERS]
+    assert found == [], (
+        f"{page}: prose repeats a glued figure; paste it with {{glue:text}}`key` instead"
+    )
