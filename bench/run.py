@@ -80,14 +80,19 @@ def idle_estimate(figs: list[Figure], ctx: F.Context) -> str:
     if not cpu or not ctx.docnames or not (sphinx and sphinx.cpu):
         return ""
     fixed = statistics.median(sphinx.cpu)
+    execd = ctx.pages.get("cold execution (MyST-NB)", {})
+    floor = ctx.pages.get("plain-script floor", {})
+    extra = [statistics.median(execd[p]) - statistics.median(floor[p]) for p in execd if p in floor]
+    overhead = (f" (the per-page table puts a kernel's extra cost at {fmt(statistics.median(extra), 's')}"
+                " of wall time, median)") if extra else ""
     serial = F.parallel_estimate(ctx.docnames, cpu, fixed, 1)
     par = F.parallel_estimate(ctx.docnames, cpu, fixed, 2)
     return (f"**On an idle 2-core machine**, from CPU times (each page's plain-script CPU time, "
             f"Sphinx's {fmt(fixed, 's')} with execution off, and Sphinx's own split of the "
             f"{len(ctx.docnames)} documents into chunks): a serial cold build needs about "
             f"{fmt(serial, 's')} plus one kernel start per page, and `-j 2` about {fmt(par, 's')} "
-            "plus the kernel starts of its longer chunk. Kernel start-up is about a second of CPU "
-            "each. `-j 2` is the one change here that brings a cold build under 60 s; "
+            f"plus the kernel starts of its longer chunk{overhead}. "
+            "`-j 2` is the one change here that brings a cold build under 60 s; "
             "`docs/_ext/parallel_exec.py` makes it safe (see Notes).")
 
 
