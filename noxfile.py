@@ -27,6 +27,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from explainers.build import build_site as staged_build  # noqa: E402
+from explainers.build import sphinx_command  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["lint", "tests"]
@@ -109,8 +110,17 @@ def build_site(session: nox.Session, extra: list[str]) -> None:
 
 @nox.session(python=False)
 def docs(session: nox.Session) -> None:
-    """Build the HTML site strictly, one worker per core; posargs go to sphinx-build (-j 1: serial)."""
+    """Build the HTML site strictly, one worker per core; posargs go to sphinx-build (-j 1: serial).
+
+    With NB_EXECUTION_MODE=off nothing executes, so the result goes to
+    docs/_build/noexec and never replaces the verified site.
+    """
     ensure_env(session)
+    if os.environ.get("NB_EXECUTION_MODE") == "off":
+        out = BUILD / "noexec"
+        run_py(session, *sphinx_command(PY, DOCS, out / "html", out / "doctrees", session.posargs)[1:])
+        session.log(f"Unexecuted preview (not the site): {out / 'html' / 'index.html'}")
+        return
     build_site(session, list(session.posargs))
 
 
@@ -142,7 +152,7 @@ def doctest(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the package, tests, docs config and this file."""
     ensure_env(session)
-    run_py(session, "-m", "ruff", "check", "explainers", "tests", "docs/conf.py", "docs/_ext", "noxfile.py")
+    run_py(session, "-m", "ruff", "check", "explainers", "tests", "bench", "docs/conf.py", "docs/_ext", "noxfile.py")
 
 
 def ensure_browser(session: nox.Session) -> None:

@@ -53,6 +53,9 @@ myst_heading_anchors = 3
 nb_execution_mode = os.environ.get("NB_EXECUTION_MODE", "cache")
 # Outside the staging output folder, so a failed build keeps the cache intact.
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+if nb_execution_mode == "off":
+    # Nothing executes, so glued values are missing: a quick prose/layout build, never published.
+    suppress_warnings = ["mystnb.glue"]
 nb_execution_raise_on_error = True  # a failing cell fails the build, naming the page
 nb_execution_show_tb = True
 nb_execution_timeout = int(os.environ.get("NB_EXECUTION_TIMEOUT", "300"))  # per cell

@@ -21,6 +21,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+# mesh_run is the script torchrun launches: imported so that the docs' dependency
+# cache (explainers.deps) re-executes the mesh page when it changes.
+from explainers import mesh_run  # noqa: F401
 from explainers.mesh import Step, merge_steps
 
 __all__ = ["RealRun", "free_port", "launch_walkthrough", "real_run", "record_key"]
