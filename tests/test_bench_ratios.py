@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import doctest
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
+from minisite import FRONT
+from minisite import page as minipage
 
 import bench.figures
 import bench.floor
@@ -28,36 +29,12 @@ from bench.tree import ROOT, Tree
 # In-process builds surface the theme's Sphinx-API deprecation warnings; they are not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:::sphinx_book_theme")
 
-FRONT = textwrap.dedent("""\
-    ---
-    jupytext:
-      text_representation:
-        extension: .md
-        format_name: myst
-        format_version: 0.13
-    kernelspec:
-      display_name: Python 3 (ipykernel)
-      language: python
-      name: python3
-    file_format: mystnb
-    ---
-    """)
-
-
 def _page(title: str, module: str) -> str:
-    return FRONT + textwrap.dedent(f"""
-        # {title}
-
-        ```{{code-cell}} ipython3
-        from explainers.{module} import VALUE
-        print(VALUE)
-        ```
-
-        ```{{code-cell}} ipython3
-        :tags: [remove-cell]
-        assert VALUE
-        ```
-        """)
+    return minipage(
+        title,
+        f"from explainers.{module} import VALUE\nprint(VALUE)",
+        ":tags: [remove-cell]\nassert VALUE",
+    )
 
 
 def _tiny_source(src: Path) -> Path:
