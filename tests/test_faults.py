@@ -88,6 +88,9 @@ NONDETERMINISTIC = [
      "measured wall-clock durations: any number directly followed by a time unit"),
     ("mesh.html", r"<span class=\"pasted-text\">[\d.]+</span> times as long",
      "the ratio of two measured durations (real gloo launch / simulated world)"),
+    ("mesh.html", r"\(launched by the \w+, \d+ CPUs\)",
+     "which real 8-process run the page reused: the one the test suite stored, or one the "
+     "page launched itself when no stored run matched (explainers.mesh_launch.real_run)"),
     ("allocator.html", r"<table class=\"table\">.*?</table>|<div class=\"cell_output[^\"]*\">.*?</pre>",
      "ThreadSanitizer's findings depend on thread scheduling: which access of a racing pair is "
      "reported first, pids, addresses, iteration and snapshot counts; the page's tables and "
@@ -171,4 +174,20 @@ def test_a_clean_offline_build_is_identical_to_the_site(site, tmp_path):
     record("determinism", "html", result=f"{len(ours & theirs) - len(differing)} of "
            f"{len(ours | theirs)} files identical after {len(NONDETERMINISTIC)} documented exceptions")
     assert sorted(ours ^ theirs) == []
-    assert differing == []
+    assert differing == [], "\n\n".join(
+        _first_difference(_normalized(site / rel, rel, str(ROOT)), _normalized(other / rel, rel, str(clean)), rel)
+        for rel in differing[:3])
+
+
+def _first_difference(ours: bytes, theirs: bytes, rel: str, width: int = 300) -> str:
+    """Where two normalized files part, with some text either side, so a CI log names the cause."""
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    lo = max(0, at - width)
+    show = lambda data: repr(data[lo:at + width].decode("utf-8", errors="replace"))  # noqa: E731
+    return f"{rel} differs at byte {at}:\n  site:  {show(ours)}\n  clean: {show(theirs)}"
+
+
+def test_a_determinism_failure_shows_where_the_builds_part():
+    assert _first_difference(b"abcXdef", b"abcYdef", "p.html", width=2) == (
+        "p.html differs at byte 3:\n  site:  'bcXd'\n  clean: 'bcYd'")
+    assert "at byte 3" in _first_difference(b"abc", b"abcd", "q.html")  # one is a prefix of the other
