@@ -86,6 +86,15 @@ def ensure_env(session: nox.Session) -> None:
     stamp.write_text(key)
 
 
+def _env_identity() -> str:
+    """What the build's output depends on beyond the checkout: every package installed in
+    the shared environment (torch's version among them) and MyST-NB's settings from the
+    environment (NB_EXECUTION_MODE=force must build)."""
+    packages = sorted(p.name for p in ENV.glob("lib/python*/site-packages/*.dist-info"))
+    settings = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("NB_"))
+    return "\n".join([str(PY), *packages, *settings])
+
+
 def run_py(session: nox.Session, *args: str, **kwargs) -> object:
     return session.run(str(PY), *args, env=RUN_ENV, external=True, **kwargs)
 
@@ -101,7 +110,7 @@ def build_site(session: nox.Session, extra: list[str]) -> None:
     # change that brings a cold build under a minute (bench/results.md).
     if not any(a.startswith(("-j", "--jobs")) for a in extra):
         extra = ["-j", "auto", *extra]
-    result = staged_build(DOCS, PY, extra, env={**os.environ, **RUN_ENV})
+    result = staged_build(DOCS, PY, extra, env={**os.environ, **RUN_ENV}, skip_unchanged=_env_identity())
     if not result.ok:
         session.error(result.message)
     session.log(result.message)
@@ -111,6 +120,10 @@ def build_site(session: nox.Session, extra: list[str]) -> None:
 @nox.session(python=False)
 def docs(session: nox.Session) -> None:
     """Build the HTML site strictly, one worker per core; posargs go to sphinx-build (-j 1: serial).
+
+    When no input changed since the site was built (the pages, `explainers/`, the
+    arguments, the installed packages), it says so and builds nothing;
+    NB_EXECUTION_MODE=force re-executes every page.
 
     With NB_EXECUTION_MODE=off nothing executes, so the result goes to
     docs/_build/noexec and never replaces the verified site.

@@ -20,11 +20,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "PUBLISHED", "build_site", "sphinx_command", "tree_digest"]
+__all__ = ["BuildResult", "PUBLISHED", "build_site", "inputs_digest", "sphinx_command", "tree_digest"]
 
 # What a successful build publishes from staging into `_build/`.  MyST-NB
 # writes executed notebooks and glue data next to the output folder.
 PUBLISHED = ("html", "doctrees", "jupyter_execute")
+# The digest of the inputs the published site was built from (see inputs_digest).
+INPUTS_FILE = "html-inputs.sha256"
+# Never inputs: build outputs, notebook execution folders, editor and bytecode caches.
+_NOT_INPUTS = {"_build", "jupyter_execute", "__pycache__", ".ipynb_checkpoints"}
 
 
 @dataclass
@@ -85,14 +89,57 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def inputs_digest(docs: Path, command: list[str] | tuple[str, ...], environment: str = "") -> str:
+    """A SHA-256 over everything a build of ``docs`` reads that can change its output.
+
+    That is the page sources and Sphinx configuration (``docs/`` without build
+    outputs), the book's code (the ``explainers/`` folder beside ``docs/``), the
+    build's command line, and ``environment``: a string naming the Python
+    environment (its packages, torch among them), which the caller provides.
+    Byte contents only: a bare ``touch`` changes nothing.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "docs" / "_build").mkdir(parents=True)
+    >>> _ = (root / "docs" / "index.md").write_text("# Home")
+    >>> before = inputs_digest(root / "docs", ["sphinx"], "env 1")
+    >>> _ = (root / "docs" / "_build" / "page.html").write_text("output, not input")
+    >>> inputs_digest(root / "docs", ["sphinx"], "env 1") == before
+    True
+    >>> (root / "explainers").mkdir()
+    >>> _ = (root / "explainers" / "render.py").write_text("x = 1")
+    >>> inputs_digest(root / "docs", ["sphinx"], "env 1") == before
+    False
+    >>> before = inputs_digest(root / "docs", ["sphinx"], "env 1")
+    >>> inputs_digest(root / "docs", ["sphinx"], "env 2") == before
+    False
+    """
+    h = hashlib.sha256()
+    h.update("\0".join(map(str, command)).encode() + b"\0\0" + environment.encode() + b"\0\0")
+    for root in (Path(docs), Path(docs).parent / "explainers"):
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root)
+            if _NOT_INPUTS & set(rel.parts) or not path.is_file():
+                continue
+            h.update(f"{root.name}/{rel.as_posix()}".encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[str, ...] = (),
                env: dict[str, str] | None = None, capture: bool = False,
-               timeout: float | None = None, prefix: list[str] | tuple[str, ...] = ()) -> BuildResult:
+               timeout: float | None = None, prefix: list[str] | tuple[str, ...] = (),
+               skip_unchanged: str | None = None) -> BuildResult:
     """Build ``docs`` into ``docs/_build/staging``; replace ``docs/_build/html`` only on success.
 
     ``env`` is the whole environment of the build (default: this process's).
     ``capture=True`` returns sphinx's output instead of streaming it.
     ``prefix`` runs the command under a wrapper (e.g. ``["unshare", "-rn", ...]``).
+    ``skip_unchanged``, a string naming the Python environment, makes a build
+    whose :func:`inputs_digest` equals the published site's a no-op: Sphinx
+    would re-read files and execute nothing, so the site would not change.
 
     >>> build_site(Path("/nonexistent/docs"), "python")
     Traceback (most recent call last):
@@ -104,6 +151,13 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
         raise ValueError(f"{docs} has no conf.py: not a Sphinx source folder")
     build = docs / "_build"
     site, staging = build / "html", build / "staging"
+    cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
+    digest = None if skip_unchanged is None else inputs_digest(docs, cmd, skip_unchanged)
+    recorded = build / INPUTS_FILE
+    if (digest and (site / "index.html").is_file() and recorded.is_file()
+            and recorded.read_text().strip() == digest):
+        return BuildResult(True, "", f"Site is up to date (no input changed since its build): "
+                                     f"{site / 'index.html'}")
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
@@ -114,7 +168,6 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     for name in ("doctrees", "jupyter_execute"):
         if (build / name).exists():
             shutil.copytree(build / name, staging / name, symlinks=True)
-    cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
     try:
         proc = subprocess.run(
             cmd, env=env, timeout=timeout, text=True,
@@ -132,6 +185,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
                 else "There is no previous site.")
         return BuildResult(False, output,
                            f"The docs build FAILED (see the warnings above, each names its page). {kept}")
+    recorded.unlink(missing_ok=True)  # the site is being replaced: its old inputs no longer hold
     for name in PUBLISHED:
         if not (staging / name).exists():
             continue
@@ -144,4 +198,6 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
         if old.exists():
             shutil.rmtree(old)
     shutil.rmtree(staging, ignore_errors=True)
+    if digest:
+        recorded.write_text(digest + "\n")
     return BuildResult(True, output, f"Site built: {site / 'index.html'}")

@@ -57,7 +57,7 @@ def make_tree(dst: Path, pages: dict[str, str]) -> Path:
 
 def build(docs: Path, timeout_cell: int = 60, extra_env: dict[str, str] | None = None,
           prefix: list[str] | tuple[str, ...] = (), extra: tuple[str, ...] = (),
-          timeout: float = 300) -> BuildResult:
+          timeout: float = 300, skip_unchanged: str | None = None) -> BuildResult:
     """Run the real staged build (`explainers.build.build_site`) on a tree, capturing its output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NB_EXECUTION")}
     env.update({
@@ -70,7 +70,7 @@ def build(docs: Path, timeout_cell: int = 60, extra_env: dict[str, str] | None =
         **(extra_env or {}),
     })
     return build_site(docs, sys.executable, list(extra), env=env, capture=True,
-                      timeout=timeout, prefix=prefix)
+                      timeout=timeout, prefix=prefix, skip_unchanged=skip_unchanged)
 
 
 def executed_pages(output: str) -> set[str]:
