@@ -173,10 +173,15 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
                    "own), re-reading `verification` (MyST-NB re-reads the page that holds the "
                    "`nb-exec-table` on every build, to keep the table current), writing pages and "
                    "the search index, and `nox -s docs` copying the last good site into staging.")
-            fix = ("Have `nox -s docs` skip Sphinx when no input changed (a hash of `docs/`, "
-                   "`explainers/` and torch's version, like the one `explainer_deps` keeps per "
-                   "page); that takes a no-change rebuild to nox's own start-up. For an edited "
-                   "page the fixed cost stays: the budget of 5 s is below it on this machine.")
+            if f.key == "warm":
+                why = ("Nothing executes (checked above), and `nox -s docs` does not start Sphinx when "
+                       "no input changed (`explainers.build.inputs_digest`): what remains is starting "
+                       f"`nox` and hashing `docs/` and `explainers/`{cpu}.")
+                fix = "Load on the machine is the only remaining cost; compare the CPU-time column."
+            else:
+                fix = ("Nothing in this project's code: a no-change rebuild already skips Sphinx "
+                       "(`explainers.build.inputs_digest`), but a changed input must re-run it, and "
+                       "Sphinx's fixed cost is what exceeds the budget on this machine.")
         elif f.key.startswith("weight:"):
             heaviest = f.detail.split("heaviest: ")[-1]
             if "fontawesome.js" in heaviest:
