@@ -46,6 +46,8 @@ def environment() -> dict[str, str]:
     >>> env = environment()
     >>> sorted(env)
     ['date', 'device', 'python', 'threads', 'torch']
+    >>> env["device"].startswith("cuda") or " kernels, " in env["device"]  # e.g. AVX2 kernels
+    True
     """
     import torch
 
@@ -58,7 +60,10 @@ def environment() -> dict[str, str]:
     if torch.cuda.is_available():
         device = f"cuda ({torch.cuda.get_device_name(0)})"
     else:
-        device = f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+        # The vector kernels torch dispatched to (AVX2, AVX512, ...): low-order bits of
+        # some figures, e.g. fp32 results of exp, differ between them.
+        isa = torch.backends.cpu.get_cpu_capability()
+        device = f"cpu ({platform.machine()}, {isa} kernels, {os.cpu_count()} cores)"
     return {
         "torch": f"{torch.__version__} ({build})",
         "python": platform.python_version(),
