@@ -22,6 +22,7 @@ from minisite import page as minipage
 import bench.figures
 import bench.floor
 import bench.report
+import bench.run
 import bench.stats
 import bench.tree
 from bench.tree import ROOT, Tree
@@ -138,7 +139,7 @@ def test_each_process_claims_its_own_block_of_kernel_ports():
     assert all(20000 <= s < 32000 for s in starts)
 
 
-@pytest.mark.parametrize("module", [bench.figures, bench.floor, bench.report, bench.stats, bench.tree])
+@pytest.mark.parametrize("module", [bench.figures, bench.floor, bench.report, bench.run, bench.stats, bench.tree])
 def test_bench_doctests(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
