@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "PUBLISHED", "build_site", "inputs_digest", "sphinx_command", "tree_digest"]
+__all__ = ["BuildResult", "PUBLISHED", "build_site", "cell_failure", "failed_pages", "inputs_digest",
+           "sphinx_command", "tree_digest"]
 
 # What a successful build publishes from staging into `_build/`.  MyST-NB
 # writes executed notebooks and glue data next to the output folder.
@@ -128,6 +130,116 @@ def inputs_digest(docs: Path, command: list[str] | tuple[str, ...], environment:
     return h.hexdigest()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# "ExecutionError: /abs/docs/page.md": MyST-NB 1.4's error with nb_execution_raise_on_error.
+_EXEC_RAISED = re.compile(r"ExecutionError: (\S+?\.(?:md|ipynb))\b")
+# "/abs/docs/page.md:12: WARNING: ...": Sphinx's warnings (errors under -W), located; the
+# text runs to the next located warning.
+_WARNING = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
+# The exception line of an IPython traceback: "AssertionError: the claim no longer holds".
+_ENAME = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b(?::[ \t]*(.*))?$", re.M)
+# nbclient's wrappers around the cell's own exception, never the answer.
+_WRAPPERS = ("CellExecutionError", "CellTimeoutError", "DeadKernelError")
+
+
+def cell_failure(traceback: str, error: str | None = None) -> str:
+    """What went wrong in a failed cell, in a few words, from MyST-NB's traceback text.
+
+    ``error`` is the class name MyST-NB records (``CellExecutionError`` for any
+    exception a cell raised, ``CellTimeoutError``, ``DeadKernelError``).
+
+    >>> tb = ("nbclient.exceptions.CellExecutionError: An error occurred while executing "
+    ...       "the following cell:\\n------------------\\nassert x == 2, 'no longer holds'\\n"
+    ...       "------------------\\n\\n\\x1b[31mAssertionError\\x1b[39m: no longer holds\\n")
+    >>> cell_failure(tb, "CellExecutionError")
+    "AssertionError: no longer holds, in the cell `assert x == 2, 'no longer holds'`"
+    >>> cell_failure("...\\n-------------------\\ntime.sleep(60)\\n-------------------\\n", "CellTimeoutError")
+    'a cell timed out (CellTimeoutError), in the cell `time.sleep(60)`'
+    """
+    text = _ANSI.sub("", traceback or "")
+    cell = re.search(r"^-{18,}\n(.*?)\n", text, re.M | re.S)
+    where = f", in the cell `{cell[1].strip()[:80]}`" if cell and cell[1].strip() else ""
+    if error == "CellTimeoutError":
+        return f"a cell timed out (CellTimeoutError){where}"
+    if error == "DeadKernelError":
+        return f"the kernel died (DeadKernelError){where}"
+    raised = [m for m in _ENAME.finditer(text) if m[1].rsplit(".", 1)[-1] not in _WRAPPERS]
+    if raised:
+        name, message = raised[-1][1], (raised[-1][2] or "").strip()
+        return f"{name}: {message[:120]}{where}" if message else f"{name}{where}"
+    return f"a cell failed ({error or 'unknown error'}){where}"
+
+
+def failed_pages(output: str, docs: Path) -> dict[str, str]:
+    """The pages a failed build's output blames, each with why, for the one-line verdict.
+
+    >>> out = ("/x/docs/a.md:3: WARNING: unknown document: 'b' [ref.doc]\\n"
+    ...        "/x/docs/c.md: WARNING: Executing notebook failed: CellTimeoutError\\n"
+    ...        "-------------------\\ntime.sleep(60)\\n-------------------\\n"
+    ...        "/x/docs/c.md: WARNING: Notebook exception traceback saved in: /x/c.err.log\\n")
+    >>> failed_pages(out, Path("/x/docs"))
+    {'c.md': 'a cell timed out (CellTimeoutError), in the cell `time.sleep(60)`', 'a.md': '1 warning'}
+    """
+    text = _ANSI.sub("", output)
+    out: dict[str, str] = {}
+
+    def rel(path: str) -> str:
+        try:
+            return Path(path).relative_to(docs).as_posix()
+        except ValueError:
+            return path
+
+    for m in _EXEC_RAISED.finditer(text):
+        out.setdefault(rel(m[1]), "a cell raised")
+    warned: dict[str, int] = {}
+    located = list(_WARNING.finditer(text))
+    for m, nxt in zip(located, [*located[1:], None], strict=True):
+        page, body = rel(m[1]), text[m.end():nxt.start() if nxt else len(text)]
+        if body.startswith("Executing notebook failed: "):
+            error = body.split(":", 1)[1].split()[0]
+            out[page] = cell_failure(body, error)
+        elif not body.startswith("Notebook exception traceback saved in"):  # the same failure
+            warned[page] = warned.get(page, 0) + 1
+    for page, n in warned.items():
+        out.setdefault(page, f"{n} warning{'s' if n > 1 else ''}")
+    return out
+
+
+def _run(cmd: list[str], env: dict[str, str] | None, timeout: float | None,
+         echo: bool) -> tuple[int, str]:
+    """Run ``cmd``, returning (exit code, output); with ``echo`` the output also streams
+    to this process's stdout as it comes.  Killed after ``timeout`` seconds (code -1)."""
+    import sys
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env, text=True, errors="replace",
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill) if timeout else None
+    if timer:
+        timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        code = proc.wait()
+    finally:
+        if timer:
+            timer.cancel()
+    output = "".join(lines)
+    if killed.is_set():
+        return -1, output + f"\nbuild killed after {timeout} s"
+    return code, output
+
+
 def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[str, ...] = (),
                env: dict[str, str] | None = None, capture: bool = False,
                timeout: float | None = None, prefix: list[str] | tuple[str, ...] = (),
@@ -168,23 +280,15 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     for name in ("doctrees", "jupyter_execute"):
         if (build / name).exists():
             shutil.copytree(build / name, staging / name, symlinks=True)
-    try:
-        proc = subprocess.run(
-            cmd, env=env, timeout=timeout, text=True,
-            stdout=subprocess.PIPE if capture else None,
-            stderr=subprocess.STDOUT if capture else None,
-        )
-        code, output = proc.returncode, proc.stdout or ""
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        code, output = -1, (out.decode(errors="replace") if isinstance(out, bytes) else out)
-        output += f"\nbuild killed after {timeout} s"
+    code, output = _run(cmd, env, timeout, echo=not capture)
     if code != 0:
         where = site / "index.html"
         kept = (f"The last good site is unchanged at {where}." if where.exists()
                 else "There is no previous site.")
-        return BuildResult(False, output,
-                           f"The docs build FAILED (see the warnings above, each names its page). {kept}")
+        failed = failed_pages(output, docs)
+        named = ("; ".join(f"{page}: {why}" for page, why in failed.items()) if failed
+                 else "see the output above")
+        return BuildResult(False, output, f"The docs build FAILED ({named}). {kept}")
     recorded.unlink(missing_ok=True)  # the site is being replaced: its old inputs no longer hold
     for name in PUBLISHED:
         if not (staging / name).exists():
