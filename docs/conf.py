@@ -29,6 +29,7 @@ extensions = [
     "sphinx.ext.graphviz",
     "explainer_deps",
     "parallel_exec",  # -j safe: cache database made before workers fork, per-process kernel ports
+    "strict_exec",  # a failed cell fails the build, after every failing page is listed
 ]
 
 exclude_patterns = [
@@ -56,7 +57,9 @@ nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 if nb_execution_mode == "off":
     # Nothing executes, so glued values are missing: a quick prose/layout build, never published.
     suppress_warnings = ["mystnb.glue"]
-nb_execution_raise_on_error = True  # a failing cell fails the build, naming the page
+# A failing cell is a warning on its page (cell and traceback included), so one build
+# lists every failing page; `strict_exec` then fails the build, with or without -W.
+nb_execution_raise_on_error = False
 nb_execution_show_tb = True
 nb_execution_timeout = int(os.environ.get("NB_EXECUTION_TIMEOUT", "300"))  # per cell
 nb_merge_streams = True

@@ -61,6 +61,8 @@ def test_fault_fails_the_build_names_the_page_and_keeps_the_site(good_site, tmp_
     assert named, f"{fault}: the output does not name victim.md:\n{result.output[-3000:]}"
     assert symptom in result.output, f"{fault}: no {symptom!r} in the output:\n{result.output[-3000:]}"
     assert "The last good site is unchanged" in result.message
+    # ...and the verdict, the build's last line, names it too.
+    assert "victim.md: " in result.message, f"{fault}: the verdict does not name victim.md: {result.message}"
     assert intact, f"{fault}: the last good site changed"
 
 
@@ -72,6 +74,33 @@ def test_the_good_copy_rebuilds_cleanly_without_executing(good_site, tmp_path):
     result = build(root / "docs")
     assert result.ok, result.output[-3000:]
     assert "Executed notebook" not in result.output
+
+
+def test_one_build_names_every_failing_page_and_its_exception(tmp_path):
+    docs = make_tree(tmp_path, {
+        "fine": page("Fine", "print('ok')"),
+        "claim": page("Claim", "x = 1", "assert x == 2, 'the claim no longer holds'"),
+        "gone": page("Gone", "from explainers.render import no_such_function"),
+    })
+    result = build(docs)
+    assert not result.ok
+    assert "claim.md: AssertionError: the claim no longer holds, in the cell `assert x == 2" in result.message
+    assert "gone.md: ImportError: cannot import name 'no_such_function'" in result.message
+    assert "fine.md" not in result.message
+
+
+def test_a_failed_cell_fails_even_a_build_without_W(tmp_path):
+    # docs-live and a bare sphinx-build do not pass -W; docs/_ext/strict_exec.py fails them.
+    import os
+    import subprocess
+    import sys
+
+    docs = make_tree(tmp_path, {"claim": page("Claim", "assert 1 == 2, 'the claim no longer holds'")})
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NB_EXECUTION_MODE": "cache"}
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(docs), str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "1 page(s) failed to execute" in proc.stderr and "claim.md: AssertionError" in proc.stderr
 
 
 # -- determinism and offline: a second, clean build of the real site ----------------------
