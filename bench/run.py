@@ -188,20 +188,19 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
             fix = "Parallel execution overlaps kernel start-up with other pages' work."
         elif f.key in ("warm", "edit_page") or f.key.startswith("edit_module"):
             cpu = f" ({fmt(statistics.median(f.cpu), 's')} of CPU time here)" if f.cpu else ""
-            first = ("Nothing executes (checked above)" if f.key == "warm"
-                     else "Only the edited page executes (checked above), and its execution is subtracted")
-            why = (f"{first}; what remains is fixed cost{cpu}, which an idle machine pays in about "
-                   "the same wall time: starting Python and `nox`, importing Sphinx, MyST-NB (which "
-                   "imports jupyter-cache and SQLAlchemy) and the theme (2 to 2.5 s of CPU on its "
-                   "own), re-reading `verification` (MyST-NB re-reads the page that holds the "
-                   "`nb-exec-table` on every build, to keep the table current), writing pages and "
-                   "the search index, and `nox -s docs` copying the last good site into staging.")
             if f.key == "warm":
                 why = ("Nothing executes (checked above), and `nox -s docs` does not start Sphinx when "
                        "no input changed (`explainers.build.inputs_digest`): what remains is starting "
                        f"`nox` and hashing `docs/` and `explainers/`{cpu}.")
                 fix = "Load on the machine is the only remaining cost; compare the CPU-time column."
             else:
+                why = ("Only the edited page executes (checked above), and its execution is subtracted; "
+                       f"what remains is fixed cost{cpu}, which an idle machine pays in about "
+                       "the same wall time: starting Python and `nox`, importing Sphinx, MyST-NB (which "
+                       "imports jupyter-cache and SQLAlchemy) and the theme (2 to 2.5 s of CPU on its "
+                       "own), re-reading `verification` (MyST-NB re-reads the page that holds the "
+                       "`nb-exec-table` on every build, to keep the table current), writing pages and "
+                       "the search index, and `nox -s docs` copying the last good site into staging.")
                 fix = ("Nothing in this project's code: a no-change rebuild already skips Sphinx "
                        "(`explainers.build.inputs_digest`), but a changed input must re-run it, and "
                        "Sphinx's fixed cost is what exceeds the budget on this machine.")

@@ -131,8 +131,6 @@ def inputs_digest(docs: Path, command: list[str] | tuple[str, ...], environment:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# "ExecutionError: /abs/docs/page.md": MyST-NB 1.4's error with nb_execution_raise_on_error.
-_EXEC_RAISED = re.compile(r"ExecutionError: (\S+?\.(?:md|ipynb))\b")
 # "/abs/docs/page.md:12: WARNING: ...": Sphinx's warnings (errors under -W), located; the
 # text runs to the next located warning.
 _WARNING = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
@@ -189,8 +187,6 @@ def failed_pages(output: str, docs: Path) -> dict[str, str]:
         except ValueError:
             return path
 
-    for m in _EXEC_RAISED.finditer(text):
-        out.setdefault(rel(m[1]), "a cell raised")
     warned: dict[str, int] = {}
     located = list(_WARNING.finditer(text))
     for m, nxt in zip(located, [*located[1:], None], strict=True):
@@ -247,7 +243,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     """Build ``docs`` into ``docs/_build/staging``; replace ``docs/_build/html`` only on success.
 
     ``env`` is the whole environment of the build (default: this process's).
-    ``capture=True`` returns sphinx's output instead of streaming it.
+    Sphinx's output is returned; unless ``capture=True`` it also streams as it comes.
     ``prefix`` runs the command under a wrapper (e.g. ``["unshare", "-rn", ...]``).
     ``skip_unchanged``, a string naming the Python environment, makes a build
     whose :func:`inputs_digest` equals the published site's a no-op: Sphinx
