@@ -35,6 +35,7 @@ __all__ = [
     "find_tied_row",
     "k1_router_gradients",
     "time_routers",
+    "speed_verdict",
     "router_source",
 ]
 
@@ -275,6 +276,8 @@ def time_routers(
 ) -> dict[str, float]:
     """Median wall time in seconds of each router, after one warm-up call.
 
+    The two are timed in turn, call by call, so both see the same machine load.
+
     >>> t = time_routers(tokens=8, n_experts=8, k=2, repeats=3)
     >>> sorted(t), all(v > 0 for v in t.values())
     (['full_softmax_then_renorm', 'topk_softmax'], True)
@@ -282,16 +285,30 @@ def time_routers(
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     logits = _router_logits(tokens, n_experts, 2.0, seed).to(dtype)
-    out = {}
-    for fn in (topk_softmax, full_softmax_then_renorm):
+    routers = (topk_softmax, full_softmax_then_renorm)
+    samples: dict[str, list[float]] = {fn.__name__: [] for fn in routers}
+    for fn in routers:
         fn(logits, k)
-        samples = []
-        for _ in range(repeats):
+    for _ in range(repeats):
+        for fn in routers:
             t0 = time.perf_counter()
             fn(logits, k)
-            samples.append(time.perf_counter() - t0)
-        out[fn.__name__] = statistics.median(samples)
-    return out
+            samples[fn.__name__].append(time.perf_counter() - t0)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def speed_verdict(times: dict[str, float], tie: float = 0.10) -> str:
+    """Which of two timings is faster, in words; within ``tie`` (relative) they are the same.
+
+    >>> speed_verdict({"a": 0.010, "b": 0.020})
+    'a was 2.0x as fast'
+    >>> speed_verdict({"a": 0.0100, "b": 0.0105})
+    'the two took the same time within 10 %'
+    """
+    (fast, t_fast), (_, t_slow) = sorted(times.items(), key=lambda kv: kv[1])
+    if t_slow <= t_fast * (1 + tie):
+        return f"the two took the same time within {tie * 100:.0f} %"
+    return f"{fast} was {t_slow / t_fast:.1f}x as fast"
 
 
 def router_source(fn) -> str:

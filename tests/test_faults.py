@@ -117,6 +117,8 @@ NONDETERMINISTIC = [
      "measured wall-clock durations: any number directly followed by a time unit"),
     ("mesh.html", r"<span class=\"pasted-text\">[\d.]+</span> times as long",
      "the ratio of two measured durations (real gloo launch / simulated world)"),
+    ("precision.html", r"<span class=\"pasted-text\">[^<]*(?:as fast|the same time)[^<]*</span>",
+     "which MoE router was faster: a comparison of two measured durations"),
     ("mesh.html", r"\(launched by the \w+, \d+ CPUs\)",
      "which real 8-process run the page reused: the one the test suite stored, or one the "
      "page launched itself when no stored run matched (explainers.mesh_launch.real_run)"),
