@@ -200,14 +200,13 @@ def test_a_clean_offline_build_is_identical_to_the_site(site, tmp_path):
     other = clean / "docs" / "_build" / "html"
     ours = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
     theirs = {p.relative_to(other).as_posix() for p in other.rglob("*") if p.is_file()}
-    differing = sorted(rel for rel in ours & theirs
-                       if _normalized(site / rel, rel, str(ROOT)) != _normalized(other / rel, rel, str(clean)))
+    pairs = {rel: (_normalized(site / rel, rel, str(ROOT)), _normalized(other / rel, rel, str(clean)))
+             for rel in ours & theirs}
+    differing = sorted(rel for rel, (a, b) in pairs.items() if a != b)
     record("determinism", "html", result=f"{len(ours & theirs) - len(differing)} of "
            f"{len(ours | theirs)} files identical after {len(NONDETERMINISTIC)} documented exceptions")
     assert sorted(ours ^ theirs) == []
-    assert differing == [], "\n\n".join(
-        _first_difference(_normalized(site / rel, rel, str(ROOT)), _normalized(other / rel, rel, str(clean)), rel)
-        for rel in differing[:3])
+    assert differing == [], "\n\n".join(_first_difference(*pairs[rel], rel) for rel in differing[:3])
 
 
 def _first_difference(ours: bytes, theirs: bytes, rel: str, width: int = 300) -> str:
