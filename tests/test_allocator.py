@@ -260,3 +260,36 @@ def test_reader_script_is_the_runner_commands(torch_install):
         spec = B.BuildSpec(variant, torch_install)
         assert spec.script() in script
         assert run_command(123, 2.0, spec.binary) in script
+
+
+def _stored_run(name: str, sources):
+    from explainers.allocator.runner import Run
+
+    text = (DATA / name).read_text() if name else ""
+    log = parse_tsan(text)
+    records = [classify(r, sources) for r in log.data_races]
+    return Run(f"./{name or 'shipped'}", 66 if records else 0, {}, text, 0.1, log, records)
+
+
+@pytest.mark.parametrize("max_attempts, expected_runs", [(8, 3), (2, 2)])
+def test_reverted_runs_repeat_until_every_fixed_field_has_raced(monkeypatch, sources, max_attempts,
+                                                                expected_runs):
+    """reverted_run1.txt is a real run that found both families but no race on
+    `context_recorder_` (as a loaded CI machine once did): the runner must go
+    on to a run that has every field, within its bound, and stop there."""
+    from types import SimpleNamespace
+
+    from explainers.allocator import runner
+
+    queue = ["reverted_run1.txt", "reverted_run1.txt", "reverted_run2.txt", "reverted_run3.txt"]
+    monkeypatch.setattr(runner, "find_compiler", lambda path=None: "g++")
+    monkeypatch.setattr(runner, "check_tsan", lambda gxx, cache: "g++ (test)")
+    monkeypatch.setattr(runner, "build", lambda spec, gxx, version, cache: SimpleNamespace(spec=spec))
+    monkeypatch.setattr(runner, "run_build", lambda b, it, secs, src: _stored_run(
+        "" if b.spec.variant == "shipped" else queue.pop(0), sources))
+    repro = runner.reproduce(max_attempts=max_attempts)
+    assert len(repro.reverted.runs) == expected_runs and repro.max_attempts == max_attempts
+    assert repro.shipped.final.records == []
+    missed = set() if max_attempts == 8 else {"context_recorder_"}
+    assert repro.reverted.final.fields == set(FIXED_FIELDS) - missed
+    assert {"A", "B"} <= repro.reverted.final.families
