@@ -1,4 +1,4 @@
-"""Fast tests for explainers.allocator: parser, classifier, overlay, lock order, errors."""
+"""Fast tests for explainers.allocator: parser, classifier, overlay, lock order, runner, errors."""
 
 from __future__ import annotations
 
@@ -19,14 +19,19 @@ from explainers.allocator.errors import (
     TsanUnsupportedError,
 )
 from explainers.allocator.lockorder import parse_lock_order, to_svg
-from explainers.allocator.overlay import FIXED_FIELDS, revert_fix, sed_command
-from explainers.allocator.pyapi import HOST_KEYS, inspect_python_api
+from explainers.allocator.overlay import ATOMIC_FIELDS, remove_atomics, sed_command
+from explainers.allocator.pyapi import (
+    HOST_KEYS,
+    inspect_python_api,
+    take_snapshot,
+    try_record_host_history,
+)
 from explainers.allocator.races import classify, group_by_family, load_sources
-from explainers.allocator.torchpaths import find_torch
-from explainers.allocator.tsan import parse_tsan
+from explainers.allocator.torchpaths import demangle_type, find_torch, instantiated_types
+from explainers.allocator.tsan import parse_flag_help, parse_tsan
 
 DATA = Path(__file__).parent / "data" / "tsan"
-RUNS = sorted(DATA.glob("reverted_run*.txt"))
+RUNS = sorted(DATA.glob("atomics_removed_run*.txt"))
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +80,27 @@ def test_real_runs_classify_into_the_two_families(path, sources):
             reader = next(s for s in sides if s.kind == "read")
             assert writer.role.startswith("profiler") and writer.mutexes == ("profiling_mutex_",)
             assert writer.frames[0].function == "recordHistory"
-            assert reader.mutexes == ()
+            # Not "no lock at all": record_trace can run under block->mutex_.
+            assert "profiling_mutex_" not in reader.mutexes
         # The race in one sentence: no lock is held on both sides.
         assert not set(rec.current.mutexes) & set(rec.previous.mutexes)
 
 
-def test_stored_runs_cover_every_fixed_field(sources):
+def test_stored_runs_cover_every_atomic_field(sources):
     fields = set()
     for path in RUNS:
         fields |= {classify(r, sources).field for r in parse_tsan(path.read_text()).data_races}
-    assert fields == set(FIXED_FIELDS)
+    assert fields == set(ATOMIC_FIELDS)
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.name)
+def test_at_most_one_report_per_profiling_field(path, sources):
+    """TSAN's suppress_equal_addresses: one address, at most one report per run."""
+    from collections import Counter
+
+    per_field = Counter(r.field for r in (classify(x, sources) for x in parse_tsan(path.read_text()).data_races)
+                        if r.family == "B")
+    assert per_field and max(per_field.values()) == 1
 
 
 def test_truncated_report_is_kept_and_flagged():
@@ -106,6 +122,8 @@ def test_mixed_report_kinds_and_unrestored_stack(sources):
     assert rec.field == "context_recorder_" and rec.family == "B"
     assert rec.previous.role.startswith("unknown") and rec.previous.mutexes == ("profiling_mutex_",)
     assert rec.current.role.startswith("worker")
+    # A race with an unrestored stack does not count towards a complete run.
+    assert not rec.complete
 
 
 def test_parse_rejects_bytes():
@@ -135,7 +153,7 @@ def test_group_by_family_orders_families(sources):
 
 def test_overlay_changes_only_the_four_declarations(torch_install):
     text = torch_install.header.read_text()
-    out, changes = revert_fix(text)
+    out, changes = remove_atomics(text)
     assert len(out.split("\n")) == len(text.split("\n"))
     assert [c[0] for c in changes] == [46, 1296, 1297, 1298]
     diff = [i for i, (a, b) in enumerate(zip(text.split("\n"), out.split("\n"), strict=True)) if a != b]
@@ -147,13 +165,13 @@ def test_overlay_changes_only_the_four_declarations(torch_install):
 def test_sed_command_matches_python(torch_install, tmp_path):
     dst = tmp_path / "o.h"
     subprocess.run(["bash", "-c", sed_command(f'"{torch_install.header}"', str(dst))], check=True)
-    assert dst.read_text() == revert_fix(torch_install.header.read_text())[0]
+    assert dst.read_text() == remove_atomics(torch_install.header.read_text())[0]
 
 
-def test_prefix_header_without_atomics_is_rejected(torch_install):
+def test_header_without_the_atomics_is_rejected(torch_install):
     old = torch_install.header.read_text().replace("std::atomic<bool> allocated_", "bool allocated_")
     with pytest.raises(SnapshotCodeMissingError, match="allocated_: 0"):
-        revert_fix(old)
+        remove_atomics(old)
 
 
 # ---------------------------------------------------------------- lock order
@@ -235,7 +253,50 @@ def test_python_api_signature_and_keys():
     info = inspect_python_api()
     assert info.has_param("record_pinned_host_memory") and info.has_param("record_cuda")
     assert info.param_default("record_pinned_host_memory") is False
-    assert info.documented_keys == HOST_KEYS == info.binary_keys
+    assert info.documented_keys == HOST_KEYS
+
+
+def test_snapshot_runs_without_a_gpu():
+    snap = take_snapshot()
+    assert all(isinstance(snap[k], list) for k in HOST_KEYS)
+
+
+def test_host_history_needs_a_driver():
+    import torch
+
+    attempt = try_record_host_history()
+    if torch.cuda.is_available():
+        assert attempt.ok
+    else:
+        assert not attempt.ok and attempt.error_type == "RuntimeError" and "driver" in attempt.error
+
+
+# ---------------------------------------------------------------- torch libraries
+
+
+def test_cuda_library_instantiates_the_template_with_cuda_streams(torch_install):
+    names = instantiated_types(torch_install, "libtorch_cuda.so")
+    assert names and all(n.startswith("N2at24CachingHostAllocatorImplIN3c104cuda10CUDAStream") for n in names)
+    if shutil.which("c++filt"):
+        assert demangle_type(names[0]).startswith("at::CachingHostAllocatorImpl<c10::cuda::CUDAStream,")
+    assert instantiated_types(torch_install, "no-such-library.so") == []
+
+
+# ---------------------------------------------------------------- TSAN runtime flags
+
+
+def test_flag_listing_of_gcc12_libtsan():
+    flags = parse_flag_help((DATA / "tsan_help.txt").read_text())
+    assert len(flags) > 100
+    for name in ("suppress_equal_stacks", "suppress_equal_addresses", "report_atomic_races"):
+        assert flags[name].value == "true"
+    assert "same address" in flags["suppress_equal_addresses"].description
+    assert flags["exitcode"].value == "66"
+
+
+def test_flag_listing_missing():
+    with pytest.raises(ValueError, match="help=1"):
+        parse_flag_help("harness: workers=2")
 
 
 # ---------------------------------------------------------------- runner arguments
@@ -272,24 +333,28 @@ def _stored_run(name: str, sources):
 
 
 @pytest.mark.parametrize("max_attempts, expected_runs", [(8, 3), (2, 2)])
-def test_reverted_runs_repeat_until_every_fixed_field_has_raced(monkeypatch, sources, max_attempts,
-                                                                expected_runs):
-    """reverted_run1.txt is a real run that found both families but no race on
-    `context_recorder_` (as a loaded CI machine once did): the runner must go
-    on to a run that has every field, within its bound, and stop there."""
+def test_rounds_repeat_the_other_build_until_every_field_has_raced(monkeypatch, sources, max_attempts,
+                                                                   expected_runs):
+    """atomics_removed_run1.txt is a real run that found both families but no race on
+    `context_recorder_` (as a loaded CI machine once did): the runner must go on to a run
+    that has every field, within its bound, and stop there; the shipped build runs in
+    every round."""
     from types import SimpleNamespace
 
     from explainers.allocator import runner
 
-    queue = ["reverted_run1.txt", "reverted_run1.txt", "reverted_run2.txt", "reverted_run3.txt"]
+    queue = ["atomics_removed_run1.txt", "atomics_removed_run1.txt", "atomics_removed_run2.txt",
+             "atomics_removed_run3.txt"]
     monkeypatch.setattr(runner, "find_compiler", lambda path=None: "g++")
     monkeypatch.setattr(runner, "check_tsan", lambda gxx, cache: "g++ (test)")
     monkeypatch.setattr(runner, "build", lambda spec, gxx, version, cache: SimpleNamespace(spec=spec))
+    monkeypatch.setattr(runner, "runtime_flags", lambda b: {})
     monkeypatch.setattr(runner, "run_build", lambda b, it, secs, src: _stored_run(
         "" if b.spec.variant == "shipped" else queue.pop(0), sources))
     repro = runner.reproduce(max_attempts=max_attempts)
-    assert len(repro.reverted.runs) == expected_runs and repro.max_attempts == max_attempts
-    assert repro.shipped.final.records == []
+    assert len(repro.no_atomics.runs) == expected_runs and repro.max_attempts == max_attempts
+    assert len(repro.shipped.runs) == max_attempts
+    assert all(r.records == [] for r in repro.shipped.runs)
     missed = set() if max_attempts == 8 else {"context_recorder_"}
-    assert repro.reverted.final.fields == set(FIXED_FIELDS) - missed
-    assert {"A", "B"} <= repro.reverted.final.families
+    assert repro.no_atomics.final.complete_fields == set(ATOMIC_FIELDS) - missed
+    assert {"A", "B"} <= repro.no_atomics.final.families

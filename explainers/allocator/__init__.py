@@ -1,17 +1,19 @@
-"""TSAN verification of the pinned-memory caching allocator's snapshot data races.
+"""TSAN checks of the pinned-memory caching allocator's snapshot code.
 
 Submodules, one job each:
 
 - :mod:`.torchpaths` finds the installed torch's headers and ``libc10``;
-- :mod:`.overlay` makes the "fix reverted" copy of the header;
+- :mod:`.overlay` makes the "atomics removed" copy of the header;
 - :mod:`.build` compiles ``harness.cpp`` with ``g++ -fsanitize=thread`` (cached);
-- :mod:`.runner` runs both variants, repeating the reverted one until both races show;
-- :mod:`.tsan` parses ThreadSanitizer reports;
+- :mod:`.runner` runs both variants: the other until it shows every race, the shipped one
+  at least as often;
+- :mod:`.tsan` parses ThreadSanitizer reports and the runtime's flag listing;
 - :mod:`.races` names fields, mutexes and thread roles and groups the races into families;
 - :mod:`.lockorder` draws the documented lock order from the header's Note;
+- :mod:`.pyapi` calls the Python side (``torch.cuda.memory``) without a GPU;
 - :mod:`.errors` holds the errors that say what to install.
 
 >>> from explainers.allocator import overlay
->>> overlay.FIXED_FIELDS[0]
+>>> overlay.ATOMIC_FIELDS[0]
 'allocated_'
 """

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CompilerNotFoundError, HarnessFailedError, TsanUnsupportedError
-from .overlay import revert_fix, sed_command
+from .overlay import remove_atomics, sed_command
 from .torchpaths import HEADER_RELPATH, TorchInstall, check_snapshot_code
 
 __all__ = [
@@ -44,8 +44,8 @@ __all__ = [
     "build",
 ]
 
-#: The two builds: the header as installed, and the overlay without the fix.
-VARIANTS = ("shipped", "fix reverted")
+#: The two builds: the header as installed, and the overlay with the four atomics made plain.
+VARIANTS = ("shipped", "atomics removed")
 
 #: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
 #: -g1 (line tables, no variable info) is all TSAN's symbolizer needs and
@@ -137,7 +137,7 @@ class BuildSpec:
     >>> BuildSpec("neither", TorchInstall(Path("/t"), "x"))
     Traceback (most recent call last):
     ...
-    ValueError: variant must be one of ('shipped', 'fix reverted'), got 'neither'
+    ValueError: variant must be one of ('shipped', 'atomics removed'), got 'neither'
     """
 
     variant: str
@@ -150,26 +150,26 @@ class BuildSpec:
 
     @property
     def binary(self) -> str:
-        """File name of the executable, e.g. ``harness-fix-reverted``.
+        """File name of the executable, e.g. ``harness-atomics-removed``.
 
-        >>> BuildSpec("fix reverted", TorchInstall(Path("/t"), "x")).binary
-        'harness-fix-reverted'
+        >>> BuildSpec("atomics removed", TorchInstall(Path("/t"), "x")).binary
+        'harness-atomics-removed'
         """
         return "harness-" + self.variant.replace(" ", "-")
 
     def script(self) -> str:
         """The shell commands, run in the build folder with ``$TORCH`` set.
 
-        >>> print(BuildSpec("fix reverted", TorchInstall(Path("/t"), "x")).script())  # doctest: +NORMALIZE_WHITESPACE
+        >>> print(BuildSpec("atomics removed", TorchInstall(Path("/t"), "x")).script())  # doctest: +NORMALIZE_WHITESPACE
         mkdir -p overlay/ATen/core
         sed -E 's/std::atomic<([^>]*)> (allocated_|record_history_|context_recorder_|record_context_)\\{/PlainAtomic<\\1> \\2{/'
             "$TORCH/include/ATen/core/CachingHostAllocator.h" > overlay/ATen/core/CachingHostAllocator.h
         g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -Ioverlay -I"$TORCH/include" harness.cpp
-            -o harness-fix-reverted -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
+            -o harness-atomics-removed -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
         """
         lines = []
         includes = ['-I"$TORCH/include"']
-        if self.variant == "fix reverted":
+        if self.variant == "atomics removed":
             lines.append("mkdir -p overlay/ATen/core")
             lines.append(
                 sed_command(f'"$TORCH/include/{HEADER_RELPATH}"', f"overlay/{HEADER_RELPATH}")
@@ -222,9 +222,9 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
     """
     header_text = spec.torch.header.read_text()
     check_snapshot_code(header_text, str(spec.torch.header))
-    # Validates the fixed fields for both variants (a pre-fix header would make
-    # "shipped" silently racy) and gives the diff the page shows.
-    overlay_text, changes = revert_fix(header_text)
+    # Validates the four atomic declarations for both variants (a header that
+    # lacks them would make "shipped" silently racy) and gives the diff the page shows.
+    overlay_text, changes = remove_atomics(header_text)
     if spec.variant == "shipped":
         changes = []
 
@@ -258,7 +258,7 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
                 f"building the {spec.variant!r} harness failed (exit {res.returncode}):\n"
                 f"{res.stderr[-3000:]}" + (f"\n{_TSAN_HINT}" if err is TsanUnsupportedError else "")
             )
-        if spec.variant == "fix reverted":
+        if spec.variant == "atomics removed":
             made = (folder / "overlay" / HEADER_RELPATH).read_text()
             if made != overlay_text:
                 raise RuntimeError("sed and Python disagree on the overlay; please report this")

@@ -67,7 +67,7 @@ class TorchHeadersNotFoundError(ToolchainError):
 
 
 class SnapshotCodeMissingError(ToolchainError, ValueError):
-    """``CachingHostAllocator.h`` lacks the pinned-memory snapshot code or its fixed fields.
+    """``CachingHostAllocator.h`` lacks the pinned-memory snapshot code or its four atomic fields.
 
     >>> issubclass(SnapshotCodeMissingError, ValueError)
     True

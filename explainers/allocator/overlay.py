@@ -1,18 +1,23 @@
-"""The "fix reverted" overlay: re-declare only the fixed fields as plain, racy types.
+"""The "atomics removed" overlay: re-declare the four atomic fields as plain types.
 
-The shipped header declares four fields ``std::atomic<T>``; the fix for the
-two snapshot data races made them atomic.  The overlay is a copy of the
-*installed* header, made at build time, in which exactly those four
-declarations read ``PlainAtomic<T>`` instead.  ``PlainAtomic`` (defined in
-``harness.cpp`` before the include) has ``std::atomic``'s interface
-(``load``, ``store``, ...) but performs ordinary loads and stores, so every
-use site stays byte-for-byte the shipped code and only the synchronization
-disappears.  The substitution never adds or removes a line, so line numbers
-in TSAN reports are those of the installed header.
+The shipped header declares four fields ``std::atomic<T>`` because the memory
+snapshot code reads them from threads that do not hold the writer's lock.  The
+overlay is a copy of the *installed* header, made at build time, in which
+exactly those four declarations read ``PlainAtomic<T>`` instead.
+``PlainAtomic`` (defined in ``harness.cpp`` before the include) has
+``std::atomic``'s interface (``load``, ``store``, ...) but performs ordinary
+loads and stores, so every use site stays byte-for-byte the shipped code and
+only the atomicity disappears.  The substitution never adds or removes a line,
+so line numbers in TSAN reports are those of the installed header.
+
+This is *not* the code as it was before the fields became atomic: it keeps
+everything else the shipped header does (the order of the stores in
+``recordHistory``, the recorder that is never cleared, the locking around
+``context_when_allocated_``).  It shows what the atomics alone prevent.
 
 The transformation is one regular expression, also usable as ``sed -E``:
 
->>> revert_line("  std::atomic<bool> allocated_{false}; // in-use flag")
+>>> remove_atomics_line("  std::atomic<bool> allocated_{false}; // in-use flag")
 '  PlainAtomic<bool> allocated_{false}; // in-use flag'
 """
 
@@ -23,40 +28,41 @@ import shlex
 
 from .errors import SnapshotCodeMissingError
 
-__all__ = ["FIXED_FIELDS", "PATTERN", "REPLACEMENT", "revert_line", "revert_fix", "sed_command"]
+__all__ = ["ATOMIC_FIELDS", "PATTERN", "REPLACEMENT", "remove_atomics_line", "remove_atomics",
+           "sed_command"]
 
-#: The fields whose declarations the fix changed to ``std::atomic``.
-FIXED_FIELDS = ("allocated_", "record_history_", "context_recorder_", "record_context_")
+#: The fields the shipped header declares ``std::atomic`` for the snapshot code's readers.
+ATOMIC_FIELDS = ("allocated_", "record_history_", "context_recorder_", "record_context_")
 
-#: ``std::atomic<T> field{`` for one of the fixed fields (POSIX ERE and Python alike).
-PATTERN = r"std::atomic<([^>]*)> (" + "|".join(FIXED_FIELDS) + r")\{"
+#: ``std::atomic<T> field{`` for one of the four fields (POSIX ERE and Python alike).
+PATTERN = r"std::atomic<([^>]*)> (" + "|".join(ATOMIC_FIELDS) + r")\{"
 #: Keep the type argument and the field name, swap the template.
 REPLACEMENT = r"PlainAtomic<\1> \2{"
 
 
-def revert_line(line: str) -> str:
+def remove_atomics_line(line: str) -> str:
     """Apply the substitution to one line (other fields and lines are untouched).
 
-    >>> revert_line("  std::atomic<bool> active_{false};")
+    >>> remove_atomics_line("  std::atomic<bool> active_{false};")
     '  std::atomic<bool> active_{false};'
     """
     return re.sub(PATTERN, REPLACEMENT, line)
 
 
-def revert_fix(header_text: str) -> tuple[str, list[tuple[int, str, str]]]:
+def remove_atomics(header_text: str) -> tuple[str, list[tuple[int, str, str]]]:
     """Return the overlay text and the changed lines as ``(line_no, before, after)``.
 
-    Every fixed field must be declared exactly once; otherwise the header is
-    not the one this explainer is about (a pre-fix header declares them
-    ``bool``/plain, a pre-#182407 header lacks the profiling fields):
+    Every one of the four fields must be declared ``std::atomic`` exactly once;
+    otherwise the header is not the one this explainer is about (a header
+    before pytorch/pytorch#182407 lacks the profiling fields altogether):
 
-    >>> revert_fix("bool allocated_{false};")
+    >>> remove_atomics("bool allocated_{false};")
     Traceback (most recent call last):
     ...
-    explainers.allocator.errors.SnapshotCodeMissingError: expected exactly one std::atomic declaration of each fixed field; found allocated_: 0, record_history_: 0, context_recorder_: 0, record_context_: 0 (this header is not the fixed 2.14 header; pip install torch==2.14.1)
+    explainers.allocator.errors.SnapshotCodeMissingError: expected exactly one std::atomic declaration of each of the four fields; found allocated_: 0, record_history_: 0, context_recorder_: 0, record_context_: 0 (this header is not the 2.14 header with the snapshot code; pip install torch==2.14.1)
     """
     rx = re.compile(PATTERN)
-    counts = {f: 0 for f in FIXED_FIELDS}
+    counts = {f: 0 for f in ATOMIC_FIELDS}
     changes: list[tuple[int, str, str]] = []
     out_lines = []
     for no, line in enumerate(header_text.split("\n"), start=1):
@@ -69,8 +75,9 @@ def revert_fix(header_text: str) -> tuple[str, list[tuple[int, str, str]]]:
     if any(c != 1 for c in counts.values()):
         found = ", ".join(f"{f}: {c}" for f, c in counts.items())
         raise SnapshotCodeMissingError(
-            "expected exactly one std::atomic declaration of each fixed field; found "
-            f"{found} (this header is not the fixed 2.14 header; pip install torch==2.14.1)"
+            "expected exactly one std::atomic declaration of each of the four fields; found "
+            f"{found} (this header is not the 2.14 header with the snapshot code; "
+            "pip install torch==2.14.1)"
         )
     return "\n".join(out_lines), changes
 

@@ -1,12 +1,11 @@
-"""What the Python side of the pinned-memory snapshot looks like, checked without CUDA.
+"""The Python side of the pinned-memory snapshot, called on whatever machine runs this.
 
 ``torch.cuda.memory._record_memory_history(..., record_pinned_host_memory=True)``
-turns on host recording and ``torch.cuda.memory._snapshot()`` returns the
-data under ``host_segments`` and ``host_traces``.  Both calls need a CUDA
-device, so on a CPU-only machine this module only *inspects* them: the
-signature, the docstring that documents the keys, and the key names compiled
-into ``libtorch_python`` (which builds the snapshot dictionary in C++).
-Nothing here calls either function.
+turns on host recording; ``torch.cuda.memory._snapshot()`` returns the data
+under ``host_segments`` and ``host_traces``.  In torch 2.14.1 the snapshot
+call works without a GPU (it returns empty lists), while turning recording on
+raises when no CUDA driver is present.  This module calls both, and inspects
+the signature and the docstring of the first.
 
 >>> info = inspect_python_api()
 >>> info.has_param("record_pinned_host_memory"), info.param_default("record_cuda")
@@ -16,11 +15,10 @@ Nothing here calls either function.
 from __future__ import annotations
 
 import inspect
-import mmap
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["PythonApi", "inspect_python_api", "HOST_KEYS"]
+__all__ = ["PythonApi", "HistoryAttempt", "inspect_python_api", "take_snapshot",
+           "try_record_host_history", "HOST_KEYS"]
 
 #: Snapshot keys that carry the pinned-host data.
 HOST_KEYS = ("host_segments", "host_traces")
@@ -32,8 +30,6 @@ class PythonApi:
 
     signature: inspect.Signature
     documented_keys: tuple[str, ...]  # HOST_KEYS named in _record_memory_history's docstring
-    binary_keys: tuple[str, ...]  # HOST_KEYS found as strings in libtorch_python
-    binary: str
 
     def has_param(self, name: str) -> bool:
         return name in self.signature.parameters
@@ -52,7 +48,7 @@ class PythonApi:
 
 
 def inspect_python_api() -> PythonApi:
-    """Inspect ``_record_memory_history`` and ``libtorch_python`` (no CUDA call is made).
+    """Inspect ``_record_memory_history`` (nothing is called).
 
     In torch 2.14.1 ``_record_memory_history(enabled, *args, **kwargs)``
     dispatches to a legacy or a new implementation and sets ``__signature__``
@@ -61,13 +57,45 @@ def inspect_python_api() -> PythonApi:
     import torch.cuda.memory as mem
 
     fn = mem._record_memory_history
-    sig = inspect.signature(fn)
     doc = fn.__doc__ or ""
-    documented = tuple(k for k in HOST_KEYS if f"``{k}``" in doc)
-    lib = Path(mem.__file__).parents[1] / "lib" / "libtorch_python.so"
-    in_binary: tuple[str, ...] = ()
-    if lib.is_file():
-        with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            # NUL on both sides: the key as a whole C string, not a substring.
-            in_binary = tuple(k for k in HOST_KEYS if m.find(b"\0" + k.encode() + b"\0") >= 0)
-    return PythonApi(sig, documented, in_binary, lib.name)
+    return PythonApi(inspect.signature(fn), tuple(k for k in HOST_KEYS if f"``{k}``" in doc))
+
+
+def take_snapshot() -> dict:
+    """Call ``torch.cuda.memory._snapshot()`` and return its dictionary.
+
+    >>> sorted(k for k in take_snapshot() if k.startswith("host_"))
+    ['host_segments', 'host_traces']
+    """
+    import torch.cuda.memory as mem
+
+    return mem._snapshot()
+
+
+@dataclass(frozen=True)
+class HistoryAttempt:
+    """What turning host-only recording on did here."""
+
+    ok: bool
+    error_type: str | None = None  # e.g. "RuntimeError"
+    error: str | None = None  # the first line of the message
+
+
+def try_record_host_history() -> HistoryAttempt:
+    """Turn host-only recording on (and at once off again, if that worked).
+
+    Calls ``_record_memory_history("all", max_entries=1,
+    record_pinned_host_memory=True, record_cuda=False)``.  Only a
+    ``RuntimeError`` is caught: that is what torch 2.14.1 raises when there
+    is no CUDA driver.
+    """
+    import torch.cuda.memory as mem
+
+    try:
+        mem._record_memory_history("all", max_entries=1, record_pinned_host_memory=True,
+                                   record_cuda=False)
+    except RuntimeError as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        return HistoryAttempt(False, type(e).__name__, first)
+    mem._record_memory_history(None)
+    return HistoryAttempt(True)

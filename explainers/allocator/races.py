@@ -42,12 +42,12 @@ __all__ = [
 
 HEADER = "CachingHostAllocator.h"
 
-#: The two race families of the memory-snapshot change.
+#: The two race families the four atomic fields prevent.
 FAMILIES = {
     "A": "HostBlock::allocated_: writer and reader hold disjoint locks",
     "B": "profiling state: recordHistory() writes, hot paths read lock-free",
 }
-#: Which family each fixed field belongs to.
+#: Which family each of the four atomic fields belongs to.
 FIELD_FAMILY = {
     "allocated_": "A",
     "record_history_": "B",
@@ -95,10 +95,27 @@ class RaceRecord:
     """One data race: the field, its family, and both sides."""
 
     field: str
-    family: str  # "A", "B" or "?" for a race outside the fixed fields
+    family: str  # "A", "B" or "?" for a race outside the four atomic fields
     current: Side
     previous: Side
     summary: str
+
+    @property
+    def complete(self) -> bool:
+        """Both stacks were restored: each side has a header frame and a known role.
+
+        TSAN keeps a bounded per-thread history (``history_size``); when the
+        earlier access has left it, the report says "failed to restore the
+        stack" and that side has no frames.
+
+        >>> s = Side("worker (allocate/free)", "T1", "write", 1, (Frame(1, "f", "h", 1),), ())
+        >>> RaceRecord("allocated_", "A", s, s, "").complete
+        True
+        >>> RaceRecord("allocated_", "A", s, Side("unknown (stack not restored)", "T3", "read", 1, (), ()), "").complete
+        False
+        """
+        return all(side.frames and not side.role.startswith("unknown")
+                   for side in (self.current, self.previous))
 
 
 def load_sources(*paths: str | Path) -> dict[str, dict[int, str]]:
@@ -265,7 +282,7 @@ def timeline_markdown(rec: RaceRecord) -> str:
     | 1 | holds `b`; **reads** `allocated_` in `getSegments` (L1153) | |
     | 2 | releases `b` | |
     | 3 | | holds `f`; **writes** `allocated_` in `get_free_block` (L709) |
-    | ⇒ | no mutex in common, so nothing orders step 1 before step 3 | TSAN: data race |
+    | ⇒ | no mutex in common; TSAN saw no happens-before edge from step 1 to step 3 | data race |
     """
     first, second = rec.previous, rec.current
 
@@ -282,5 +299,5 @@ def timeline_markdown(rec: RaceRecord) -> str:
         f"| 1 | {act(first)} | |",
         f"| 2 | {rel} | |",
         f"| 3 | | {act(second)} |",
-        "| ⇒ | no mutex in common, so nothing orders step 1 before step 3 | TSAN: data race |",
+        "| ⇒ | no mutex in common; TSAN saw no happens-before edge from step 1 to step 3 | data race |",
     ])

@@ -1,15 +1,22 @@
-"""Build and run both variants; repeat the reverted one until every race shows.
+"""Build and run both variants: the shipped header as often as the other may run.
 
 :func:`reproduce` is the page's one call.  It checks the toolchain, builds the
-two binaries in parallel (or takes them from the cache), runs "shipped" once
-and "fix reverted" up to ``max_attempts`` times, stopping as soon as one run
-has reported a race on every field the overlay reverted (and so both race
-families): TSAN reports only interleavings that happened, so a single short
-run can miss one, most often under load.  Each run is bounded by ``iterations``
-and ``max_seconds`` inside the harness and by a subprocess timeout outside.
+two binaries in parallel (or takes them from the cache) and then runs them in
+rounds, at most ``max_attempts`` of them:
+
+- "atomics removed" runs in each round until one run has reported a race, with
+  both stacks restored, on every one of the four fields the overlay made plain
+  (and so both race families).  TSAN reports only interleavings that happened,
+  so a single short run can miss one, most often under load.
+- "shipped" runs in every round, ``max_attempts`` times in all: at least as
+  many runs as the other build can take, so its clean verdict rests on no
+  fewer runs than the other build's races.
+
+Each run is bounded by ``iterations`` and ``max_seconds`` inside the harness
+and by a subprocess timeout outside.
 
 >>> run_command(500, 2.0, "harness-shipped")
-'TSAN_OPTIONS=halt_on_error=0 ./harness-shipped 500 2'
+'TSAN_OPTIONS=halt_on_error=0:history_size=7 ./harness-shipped 500 2'
 """
 
 from __future__ import annotations
@@ -25,15 +32,18 @@ from pathlib import Path
 
 from .build import Build, BuildSpec, build, cache_root, check_tsan, find_compiler
 from .errors import HarnessFailedError, TsanRuntimeError
-from .overlay import FIXED_FIELDS
+from .overlay import ATOMIC_FIELDS
 from .races import RaceRecord, classify, group_by_family, load_sources
 from .torchpaths import TorchInstall, find_torch
-from .tsan import TsanLog, parse_tsan
+from .tsan import RuntimeFlag, TsanLog, parse_flag_help, parse_tsan
 
-__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "reproduce", "reader_script"]
+__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "runtime_flags",
+           "reproduce", "reader_script"]
 
-#: Keep running after the first report so one run can show every race.
-TSAN_OPTIONS = "halt_on_error=0"
+#: Keep running after the first report so one run can show every race, and
+#: keep the longest per-thread access history TSAN offers (history_size=7,
+#: about 4M accesses) so that the earlier access of a race can be restored.
+TSAN_OPTIONS = "halt_on_error=0:history_size=7"
 
 _SUMMARY_RX = re.compile(r"^harness: (.*)$", re.M)
 
@@ -64,6 +74,11 @@ class Run:
         """The fields this run reported races on."""
         return {r.field for r in self.records}
 
+    @property
+    def complete_fields(self) -> set[str]:
+        """The fields with a race whose two stacks were both restored."""
+        return {r.field for r in self.records if r.complete}
+
 
 @dataclass
 class VariantResult:
@@ -84,12 +99,13 @@ class Reproduction:
     torch: TorchInstall
     compiler: str
     shipped: VariantResult
-    reverted: VariantResult
+    no_atomics: VariantResult  # the "atomics removed" build
     seconds: float
-    max_attempts: int  # the bound on reverted runs this reproduction was given
+    max_attempts: int  # the number of rounds: shipped runs in each, the other until complete
+    flags: dict[str, RuntimeFlag]  # the TSAN runtime's flags, from TSAN_OPTIONS=help=1
 
     def grouped(self) -> dict[str, list[RaceRecord]]:
-        return group_by_family(self.reverted.final.records)
+        return group_by_family(self.no_atomics.final.records)
 
 
 def run_build(b: Build, iterations: int, max_seconds: float, sources) -> Run:
@@ -133,6 +149,26 @@ def run_build(b: Build, iterations: int, max_seconds: float, sources) -> Run:
     return Run(command, res.returncode, stats, res.stderr, seconds, log, records)
 
 
+def runtime_flags(b: Build) -> dict[str, RuntimeFlag]:
+    """The TSAN runtime's flags and their values, as the built binary prints them.
+
+    ``TSAN_OPTIONS=help=1`` makes the runtime list every flag with its
+    description and current value on stderr; the harness then does one
+    round of work and exits.
+    """
+    res = subprocess.run(
+        [str(b.executable), "1", "0.01"], cwd=b.folder, capture_output=True, text=True,
+        env=dict(os.environ, TSAN_OPTIONS=TSAN_OPTIONS + ":help=1"), timeout=60,
+    )
+    if "unexpected memory mapping" in res.stderr:
+        res = subprocess.run(
+            ["setarch", platform.machine(), "-R", str(b.executable), "1", "0.01"], cwd=b.folder,
+            capture_output=True, text=True, env=dict(os.environ, TSAN_OPTIONS=TSAN_OPTIONS + ":help=1"),
+            timeout=60,
+        )
+    return parse_flag_help(res.stderr)
+
+
 def reproduce(
     iterations: int = 2000,
     max_seconds: float = 3.0,
@@ -152,26 +188,27 @@ def reproduce(
     torch = find_torch(torch_root)
     cache = cache or cache_root()
     version = check_tsan(gxx, cache)
-    specs = [BuildSpec("shipped", torch), BuildSpec("fix reverted", torch)]
+    specs = [BuildSpec("shipped", torch), BuildSpec("atomics removed", torch)]
     with ThreadPoolExecutor(2) as pool:
-        shipped_b, reverted_b = pool.map(lambda s: build(s, gxx, version, cache), specs)
+        shipped_b, plain_b = pool.map(lambda s: build(s, gxx, version, cache), specs)
     # Reports point at the overlay or the installed header; same line numbers.
     ring = torch.include / "c10" / "core" / "RingBuffer.h"
     sources = load_sources(torch.header, *([ring] if ring.is_file() else []))
 
     shipped = VariantResult(shipped_b)
-    reverted = VariantResult(reverted_b)
-    with ThreadPoolExecutor(2) as pool:
-        # The shipped run and the first reverted attempt share the two cores.
-        fut = pool.submit(run_build, shipped_b, iterations, max_seconds, sources)
-        reverted.runs.append(run_build(reverted_b, iterations, max_seconds, sources))
-        shipped.runs.append(fut.result())
-    # A run that misses one field (seen on a loaded CI machine: no report on
-    # `context_recorder_`) would make the page's list of raced fields depend
-    # on luck; runs take well under a second when they find everything.
-    while len(reverted.runs) < max_attempts and not set(FIXED_FIELDS) <= reverted.final.fields:
-        reverted.runs.append(run_build(reverted_b, iterations, max_seconds, sources))
-    return Reproduction(torch, version, shipped, reverted, time.perf_counter() - t0, max_attempts)
+    plain = VariantResult(plain_b)
+    with ThreadPoolExecutor(1) as pool:
+        for _ in range(max_attempts):
+            # The two builds run side by side on the machine's cores.
+            fut = pool.submit(run_build, shipped_b, iterations, max_seconds, sources)
+            # A run that misses a field (seen on a loaded CI machine: no report
+            # on `context_recorder_`) would make the page's findings depend on
+            # luck; runs take well under a second when they find everything.
+            if not plain.runs or not set(ATOMIC_FIELDS) <= plain.final.complete_fields:
+                plain.runs.append(run_build(plain_b, iterations, max_seconds, sources))
+            shipped.runs.append(fut.result())
+    flags = runtime_flags(shipped_b)
+    return Reproduction(torch, version, shipped, plain, time.perf_counter() - t0, max_attempts, flags)
 
 
 def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: float = 3.0) -> str:
@@ -192,7 +229,7 @@ def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: floa
         f"# and torch {torch.version.split('+')[0]}.",
         "TORCH=$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')",
     ]
-    for variant in ("shipped", "fix reverted"):
+    for variant in ("shipped", "atomics removed"):
         spec = BuildSpec(variant, torch)
         lines += ["", f"# {variant}", spec.script(), run_command(iterations, max_seconds, spec.binary)]
     return "\n".join(lines)

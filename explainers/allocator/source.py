@@ -16,7 +16,7 @@ excerpt with it, and one that removes the text fails the build.
 
 from __future__ import annotations
 
-__all__ = ["find_line", "find_lines", "excerpt", "block_end"]
+__all__ = ["find_line", "find_lines", "excerpt", "block_end", "earlier_in_block"]
 
 
 def find_lines(text: str, needle: str) -> list[int]:
@@ -74,3 +74,30 @@ def excerpt(text: str, start: int, end: int) -> str:
         raise ValueError(f"bad line range {start}..{end} for a {len(lines)}-line file")
     width = len(str(end))
     return "\n".join(f"{no:>{width}}  {lines[no - 1]}" for no in range(start, end + 1))
+
+
+def earlier_in_block(text: str, line: int, needle: str) -> int | None:
+    r"""The line, before *line* in the same brace block or an enclosing one, that contains *needle*.
+
+    Walks upward from *line*, skipping blocks that close before it (they are
+    not in scope), and returns the first line holding *needle*; ``None`` if
+    there is none.  The header uses it to ask "is ``block->mutex_`` locked
+    around this access?" by finding the ``lock_guard`` line in scope.
+
+    >>> code = "void f() {\n  {\n    lock(m);\n  }\n  x = 1;\n  {\n    lock(m);\n    y = 2;\n  }\n}"
+    >>> earlier_in_block(code, 5, "lock(m)") is None  # the first lock's block closed before x = 1
+    True
+    >>> earlier_in_block(code, 8, "lock(m)")
+    7
+    """
+    lines = text.splitlines()
+    if not 1 <= line <= len(lines):
+        raise ValueError(f"line {line} is outside a {len(lines)}-line file")
+    depth = 0  # > 0 while inside a block that closed before *line*
+    for no in range(line - 1, 0, -1):
+        ln = lines[no - 1]
+        if depth == 0 and needle in ln:
+            return no
+        depth += ln.count("}") - ln.count("{")
+        depth = max(depth, 0)
+    return None

@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,8 @@ __all__ = [
     "find_torch",
     "check_snapshot_code",
     "libraries_instantiating",
+    "instantiated_types",
+    "demangle_type",
     "HEADER_RELPATH",
     "SNAPSHOT_MARKERS",
 ]
@@ -143,3 +147,46 @@ def libraries_instantiating(torch: TorchInstall, symbol: str = "CachingHostAlloc
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             out[name] = m.find(needle) >= 0
     return out
+
+
+def instantiated_types(torch: TorchInstall, library: str = "libtorch_cuda.so",
+                       prefix: str = "N2at24CachingHostAllocatorImplI") -> list[str]:
+    """The mangled type names (as stored for RTTI) of the template's instantiations in *library*.
+
+    A polymorphic class's ``typeinfo`` name is stored in the library as a
+    NUL-terminated mangled type name, such as
+    ``N2at24CachingHostAllocatorImplI...EE``; other symbols that merely
+    contain the prefix are skipped.  Returns ``[]`` if the library is absent.
+
+    >>> instantiated_types(find_torch(), "libtorch_cpu.so")
+    []
+    """
+    path = torch.lib / library
+    if not path.is_file():
+        return []
+    needle, whole = prefix.encode(), re.compile(rb"[A-Za-z0-9_]*E")
+    found: set[bytes] = set()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        i = m.find(needle)
+        while i >= 0:
+            # A typeinfo name starts a string (after NUL, or after the '*' GCC
+            # puts before names of types with internal linkage).
+            if i > 0 and m[i - 1] in (0, ord("*")):
+                name = m[i:m.find(b"\0", i)]
+                if whole.fullmatch(name):
+                    found.add(bytes(name))
+            i = m.find(needle, i + 1)
+    return sorted(n.decode() for n in found)
+
+
+def demangle_type(mangled: str) -> str:
+    """Demangle a type name with ``c++filt -t`` (returned unchanged if c++filt is missing).
+
+    >>> demangle_type("N2at9HostBlockIiEE") if shutil.which("c++filt") else "at::HostBlock<int>"
+    'at::HostBlock<int>'
+    """
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return mangled
+    out = subprocess.run([tool, "-t", mangled], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or mangled

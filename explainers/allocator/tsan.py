@@ -31,7 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "trim_report", "RUNTIME_PREFIXES", "SAMPLE"]
+__all__ = ["Frame", "Access", "Report", "TsanLog", "parse_tsan", "trim_report", "RUNTIME_PREFIXES", "SAMPLE",
+           "RuntimeFlag", "parse_flag_help"]
 
 SAMPLE = """\
 ==================
@@ -344,3 +345,48 @@ def trim_report(report: Report, keep_frames: int = 3, strip_prefix: str | None =
             line = line.replace(strip_prefix, "")
         out.append(line)
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class RuntimeFlag:
+    """One runtime flag, as ``TSAN_OPTIONS=help=1`` describes it."""
+
+    name: str
+    description: str
+    value: str  # "Current Value" as the runtime printed it
+
+
+_FLAG_VALUE = re.compile(r"^(?P<desc>.*?)\s*\(Current Value: (?P<value>.*)\)\s*$")
+
+
+def parse_flag_help(text: str) -> dict[str, RuntimeFlag]:
+    r"""Parse what a TSAN runtime prints for ``TSAN_OPTIONS=help=1`` (on stderr).
+
+    The runtime lists each flag as a tab-indented name followed by a line
+    ``<tab><tab>- <description> (Current Value: <value>)``; reading it from the
+    runtime itself shows that runtime's flags and defaults, whatever its version.
+
+    >>> flags = parse_flag_help("Available flags for ThreadSanitizer:\n\tsuppress_equal_addresses\n"
+    ...     "\t\t- Suppress a race report if we've already output another race report on the "
+    ...     "same address. (Current Value: true)\n")
+    >>> flags["suppress_equal_addresses"].value
+    'true'
+    >>> parse_flag_help("no flags here")
+    Traceback (most recent call last):
+    ...
+    ValueError: no 'Available flags for ThreadSanitizer' listing in the text (was TSAN_OPTIONS=help=1 set?)
+    """
+    if "Available flags for ThreadSanitizer" not in text:
+        raise ValueError("no 'Available flags for ThreadSanitizer' listing in the text "
+                         "(was TSAN_OPTIONS=help=1 set?)")
+    flags: dict[str, RuntimeFlag] = {}
+    name = None
+    for line in text.splitlines():
+        if line.startswith("\t\t- ") and name is not None:
+            m = _FLAG_VALUE.match(line[4:])
+            if m:
+                flags[name] = RuntimeFlag(name, m.group("desc"), m.group("value"))
+            name = None
+        elif line.startswith("\t") and not line.startswith("\t\t"):
+            name = line.strip()
+    return flags
