@@ -1,22 +1,28 @@
 """Draw an N-D tensor as a matrix of matrices.
 
 This implements the layout from Edward Z. Yang's post "Draw high dimensional
-tensors as a matrix of matrices" (blog.ezyang.com, 2025-10-25).  Working
-outward from the last dimension, the dims alternate between laying blocks out
-side by side and stacking them vertically, and the separator between blocks
-grows with the dimension:
+tensors as a matrix of matrices"
+(https://blog.ezyang.com/2025/10/draw-high-dimensional-tensors-as-a-matrix-of-matrices/).
+Dims are numbered as in PyTorch, a negative dim counting from the last one.
+The last two dims form an ordinary matrix; every dim before them lays out the
+blocks drawn for the dims after it, alternating side by side and top to
+bottom, and the separator grows so that an outer dim always separates more
+strongly than an inner one:
 
-=====================  ===========  =====================================
-dim (counted from the  direction    separator between neighbouring blocks
-last one, ``k``)
-=====================  ===========  =====================================
-0                      columns      two spaces between cells
-1                      rows         newline
-2                      horizontal   four spaces
-3                      vertical     one blank line
-4, 6, 8, ...           horizontal   ``  :  ``, ``  ::  ``, ... (one more ``:`` every 2 dims)
-5, 7, 9, ...           vertical     one, two, ... full-width lines of dashes
-=====================  ===========  =====================================
+==============  ============  =====================================
+dim             direction     separator between neighbouring blocks
+==============  ============  =====================================
+-1              columns       two spaces between cells
+-2              rows          newline
+-3              side by side  four spaces
+-4              top to bottom one blank line
+-5, -7, -9 ...  side by side  ``  :  ``, ``  ::  ``, ... (one more ``:`` every 2 dims)
+-6, -8, ...     top to bottom one, two, ... full-width lines of dashes
+==============  ============  =====================================
+
+The post's examples stop at 5-D (the ``:`` column of dim -5); the dash lines
+of dim -6 and the doubled separators beyond it extend the same rule beyond the
+post's examples.
 
 >>> print(render(arange_nd(2, 2, 2, 2)))
  0   1     4   5
@@ -29,12 +35,23 @@ last one, ``k``)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ELLIPSIS", "arange_nd", "morton_index", "picture_grid", "render", "split_pieces"]
+__all__ = [
+    "ELLIPSIS",
+    "arange_nd",
+    "morton_index",
+    "picture_grid",
+    "printed_cells",
+    "render",
+    "split_pieces",
+    "torch_excerpt",
+]
 
 #: The cell that stands for the elements a summary leaves out.
 ELLIPSIS = "..."
@@ -71,8 +88,8 @@ def render(
     cell_width: int | None = None,
     *,
     summarize: bool = True,
-    threshold: int = 1000,
-    edgeitems: int = 3,
+    threshold: int | None = None,
+    edgeitems: int | None = None,
 ) -> str:
     """Return the matrix-of-matrices drawing of ``tensor`` as a string.
 
@@ -80,13 +97,28 @@ def render(
         tensor: a ``torch.Tensor``, a numpy array (object arrays of numbers or
             strings included, which is how uneven data is padded with a marker),
             or anything else with ``.shape`` that numpy can convert.
-        cell_width: width of every cell.  Computed once for the whole tensor
-            when ``None``; values are right-aligned to it.
-        summarize: like torch's printer, show only ``edgeitems`` at each end of
-            every dim, with an ``...`` cell between, once the tensor has more
-            than ``threshold`` elements.  ``summarize=False`` draws everything.
+        cell_width: width of every cell; values are right-aligned to it.
+            ``None`` means the width of the widest cell drawn.
+        summarize: like torch's printer, draw a summary once the tensor has
+            more than ``threshold`` elements.  ``summarize=False`` draws
+            everything.
         threshold: element count above which a summary is drawn.
-        edgeitems: elements kept at each end of a summarized dim.
+        edgeitems: elements kept at each end of a long dim among the last
+            two.  ``None`` (for both) means the current value set with
+            ``torch.set_printoptions``, as ``print(tensor)`` uses.
+
+    Every element reads as it does in ``print(tensor)``: the floats of a
+    tensor share one format chosen over the whole tensor (in a summary, over
+    the elements torch's own summary shows), following the ``precision`` and
+    ``sci_mode`` set with ``torch.set_printoptions``.
+
+    In a summary, a long dim among the last two keeps ``edgeitems`` at each
+    end with a ``...`` row or column between, as torch's printer does for a
+    matrix.  Unlike torch's printer, which keeps ``edgeitems`` blocks at each
+    end of every dim, a dim before the last two keeps only its first and last
+    block once it has three or more, with one ``...`` column (side by side)
+    or row (top to bottom) between: each side-by-side dim draws at most two
+    blocks and one ``...`` column, whatever its size.
 
     Three dims put the 2-D blocks side by side:
 
@@ -98,41 +130,92 @@ def render(
 
     >>> render(arange_nd())
     '0'
-    >>> print(render([1.5, -2.0]))
-    Traceback (most recent call last):
-    ...
-    TypeError: render() expects a tensor or array with a .shape, got list; wrap it with torch.tensor(...)
     >>> import torch
     >>> print(render(torch.tensor([1.5, -2.0, 0.25])))
-     1.5    -2  0.25
+     1.5000  -2.0000   0.2500
+    >>> print(render(torch.tensor([-2.0, 3.0])))  # integral floats, as torch prints them
+    -2.   3.
     >>> print(render(torch.tensor([[True, False]])))
      True  False
 
-    A large tensor is summarized per dim:
+    A large tensor is summarized:
 
     >>> print(render(arange_nd(4000)))
        0     1     2   ...  3997  3998  3999
+    >>> print(render(arange_nd(8, 8, 8)))  # dim -3 keeps its first and last block
+      0    1    2  ...    5    6    7    ...    448  449  450  ...  453  454  455
+      8    9   10  ...   13   14   15    ...    456  457  458  ...  461  462  463
+     16   17   18  ...   21   22   23    ...    464  465  466  ...  469  470  471
+    ...  ...  ...  ...  ...  ...  ...    ...    ...  ...  ...  ...  ...  ...  ...
+     40   41   42  ...   45   46   47    ...    488  489  490  ...  493  494  495
+     48   49   50  ...   53   54   55    ...    496  497  498  ...  501  502  503
+     56   57   58  ...   61   62   63    ...    504  505  506  ...  509  510  511
+    >>> render([1.5, -2.0])
+    Traceback (most recent call last):
+    ...
+    TypeError: render() expects a tensor or array with a .shape, got list; wrap it with torch.tensor(...)
     """
+    from torch import _tensor_str
+
     values = _as_array(tensor)
-    if summarize and values.size > threshold:
-        cells = _summarized_cells(values, edgeitems)
+    # torch 2.14.1 does not export get_printoptions: the current options live in the private
+    # torch._tensor_str, where print(tensor) reads them too, so render follows
+    # torch.set_printoptions(precision=, sci_mode=, threshold=, edgeitems=) as print does.
+    opts = _tensor_str.get_printoptions()
+    threshold = opts["threshold"] if threshold is None else threshold
+    edgeitems = opts["edgeitems"] if edgeitems is None else edgeitems
+    gaps: tuple[int | None, ...] = (None,) * values.ndim
+    if summarize and values.ndim and values.size > threshold:
+        if not isinstance(edgeitems, int) or isinstance(edgeitems, bool) or edgeitems < 1:
+            raise ValueError(f"render: edgeitems must be a positive int, got {edgeitems!r}")
+        shown, gaps = _summary_indices(values.shape, edgeitems)
+        # The float format is chosen over what torch's own summary shows, a superset of ours,
+        # so every cell reads exactly as in print(tensor).
+        torch_shows = values[np.ix_(*_summary_indices(values.shape, edgeitems, edgeitems)[0])]
+        cells = _format_cells(values[np.ix_(*shown)], torch_shows, opts)
     else:
-        cells = _format_cells(values)
+        cells = _format_cells(values, values, opts)
     if cells.size == 0:
         return ""
-    width = max(len(c) for c in cells.flat)
+    drawn = [*cells.flat, *([ELLIPSIS] if any(g is not None for g in gaps) else [])]
+    width = max(len(c) for c in drawn)
     if cell_width is not None:
         if not isinstance(cell_width, int) or isinstance(cell_width, bool) or cell_width <= 0:
             raise ValueError(f"render: cell_width must be a positive int, got {cell_width!r}")
         if cell_width < width:
-            widest = max(cells.flat, key=len)
+            widest = max(drawn, key=len)
             raise ValueError(
                 f"render: cell_width={cell_width} is narrower than the value {widest!r} "
                 f"({width} characters); pass cell_width>={width} or leave it None"
             )
         width = cell_width
-    lines = _layout(cells, width)
+    lines = _layout(cells, width, gaps)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def printed_cells(tensor: Any) -> list[str]:
+    """The element strings of ``str(tensor)``, in torch's (row-major) order.
+
+    Brackets, commas and the ``tensor(...)`` wrapper are dropped; a summary's
+    ``...`` stays.  This reads torch's public ``str``, so a comparison with it
+    is a comparison with torch's printer.
+
+    >>> import torch
+    >>> printed_cells(torch.tensor([[-2.0, 0.5], [1e-3, 123456.7]]))
+    ['-2.0000e+00', '5.0000e-01', '1.0000e-03', '1.2346e+05']
+    >>> printed_cells(torch.tensor(1.5))
+    ['1.5000']
+    """
+    text = str(tensor)
+    if not text.startswith("tensor("):
+        raise ValueError(f"printed_cells: expected a torch.Tensor, got {type(tensor).__name__}")
+    body = text[len("tensor(") :]
+    if body.startswith("["):
+        depth = list(np.cumsum([{"[": 1, "]": -1}.get(ch, 0) for ch in body]))
+        data = body[: depth.index(0) + 1]  # up to the bracket that closes the first one
+    else:  # 0-D: the value runs to the first ", " (a suffix such as dtype=) or the closing ")"
+        data = re.split(r",|\)$", body, maxsplit=1)[0]
+    return re.findall(r"[^\s,\[\]]+", data)
 
 
 # -- input handling ---------------------------------------------------------------
@@ -142,21 +225,25 @@ def _as_array(tensor: Any) -> np.ndarray:
     """Convert ``tensor`` to a numpy array without losing values.
 
     Low-precision torch dtypes that numpy lacks (bfloat16, float8) go through
-    float32, which holds them exactly.
+    float32, and complex32 through complex64, which hold them exactly.
     """
     if not hasattr(tensor, "shape"):
         raise TypeError(
             f"render() expects a tensor or array with a .shape, got {type(tensor).__name__}; "
             "wrap it with torch.tensor(...)"
         )
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        torch = None
-    if torch is not None and isinstance(tensor, torch.Tensor):
+    import torch
+
+    if isinstance(tensor, torch.Tensor):
         t = tensor.detach()
-        if t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        if t.dtype == torch.float4_e2m1fn_x2:
+            # torch 2.14.1's printer shows this packed dtype's uint8 bytes (as floats), since it
+            # has no casts; do the same.
+            t = t.view(torch.uint8).float()
+        elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
             t = t.float()
+        elif t.is_complex() and t.dtype not in (torch.complex64, torch.complex128):
+            t = t.to(torch.complex64)
         return t.cpu().resolve_conj().resolve_neg().numpy()
     try:
         return np.asarray(tensor)
@@ -166,56 +253,136 @@ def _as_array(tensor: Any) -> np.ndarray:
         ) from exc
 
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | np.bool_):
-        return str(bool(value))
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        return f"{float(value):.4g}"
-    return str(value)
+# -- formatting: the rule of torch's printer -------------------------------------------
 
 
-def _format_cells(values: np.ndarray) -> np.ndarray:
-    flat = [_format_value(v) for v in values.reshape(-1).tolist()]
-    cells = np.empty(len(flat), dtype=object)
-    cells[:] = flat
-    return cells.reshape(values.shape)
+def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
+    """One format for all the floats of a tensor, chosen the way ``print(tensor)`` chooses it.
+
+    This restates the rule of ``torch._tensor_str._Formatter`` in torch 2.14.1 (a private
+    class, so it is not imported): over the nonzero finite values, *int mode* holds when all
+    of them are integral, and *sci mode* when the largest magnitude is over 1000 times the
+    smallest, over 1e8, or the smallest is under 1e-4 (unless ``opts["sci_mode"]`` is set).
+    Sci mode, tested first, prints ``precision`` digits in ``e`` notation; int mode prints the
+    integer and a ``.``; otherwise ``precision`` fixed decimals.
+    The tests compare the result with ``str(tensor)``, so a change in torch shows up there.
+    """
+    precision = opts["precision"]
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    nonzero_finite = flat[np.isfinite(flat) & (flat != 0)]
+    int_mode, sci_mode = True, False
+    if nonzero_finite.size:  # torch keeps both defaults when there is no such value
+        int_mode = bool(np.all(nonzero_finite == np.ceil(nonzero_finite)))
+        magnitude = np.abs(nonzero_finite)
+        hi, lo = float(magnitude.max()), float(magnitude.min())
+        if opts["sci_mode"] is None:
+            sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        else:
+            sci_mode = bool(opts["sci_mode"])
+
+    def fmt(value: float) -> str:
+        if sci_mode:
+            return f"{value:.{precision}e}"
+        if int_mode:
+            return f"{value:.0f}" + ("." if math.isfinite(value) else "")
+        return f"{value:.{precision}f}"
+
+    return fmt
 
 
-def _summarized_cells(values: np.ndarray, edgeitems: int) -> np.ndarray:
-    """Format only the edge items of every long dim, then insert ``...`` slices."""
-    if not isinstance(edgeitems, int) or edgeitems < 1:
-        raise ValueError(f"render: edgeitems must be a positive int, got {edgeitems!r}")
-    long_dims = [d for d, n in enumerate(values.shape) if n > 2 * edgeitems]
-    keep = [
-        np.r_[0:edgeitems, n - edgeitems : n] if d in long_dims else np.arange(n)
-        for d, n in enumerate(values.shape)
-    ]
-    cells = _format_cells(values[np.ix_(*keep)])
-    for d in long_dims:
-        cells = np.insert(cells, edgeitems, ELLIPSIS, axis=d)
-    return cells
+def _is_float(value: Any) -> bool:
+    return isinstance(value, float | np.floating)
+
+
+def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any]) -> np.ndarray:
+    """Format ``shown`` with the float format chosen over ``decide`` (a superset of it)."""
+    flat = shown.reshape(-1).tolist()
+    kind = shown.dtype.kind
+    if kind == "f":
+        fmt = _float_format(decide, opts)
+        text = [fmt(v) for v in flat]
+    elif kind == "c":
+        # torch formats the real and the imaginary parts with one format each.
+        real, imag = _float_format(decide.real, opts), _float_format(decide.imag, opts)
+        text = []
+        for z in flat:
+            im = imag(z.imag) + "j"
+            text.append(real(z.real) + (im if im[0] in "+-" else "+" + im))
+    elif kind == "O":
+        # Mixed data (numbers padded with a marker string): strings as they are, and the
+        # floats among the numbers share one format, as in a float tensor.
+        fmt = _float_format([v for v in decide.reshape(-1).tolist() if _is_float(v)], opts)
+        text = [fmt(v) if _is_float(v) else str(v) for v in flat]
+    else:  # ints, bools and strings print as str() does, which is what torch prints
+        text = [str(v) for v in flat]
+    cells = np.empty(len(text), dtype=object)
+    cells[:] = text
+    return cells.reshape(shown.shape)
+
+
+# -- summaries --------------------------------------------------------------------------
+
+
+def _summary_indices(
+    shape: tuple[int, ...], edgeitems: int, outer: int = 1
+) -> tuple[list[np.ndarray], tuple[int | None, ...]]:
+    """The indices a summary keeps for each dim, and where each dim's ``...`` goes.
+
+    The last two dims keep ``edgeitems`` at each end, as torch's printer does; a dim before
+    them keeps ``outer`` blocks at each end.  render keeps one, so that every dim laid out
+    side by side draws at most two blocks and one ``...`` column; ``outer=edgeitems`` gives
+    what torch's summary keeps (``get_summarized_data`` in torch 2.14.1).
+    """
+    keep, gaps = [], []
+    for d, n in enumerate(shape):
+        ends = edgeitems if d >= len(shape) - 2 else outer
+        if n > 2 * ends:
+            keep.append(np.r_[0:ends, n - ends : n])
+            gaps.append(ends)
+        else:
+            keep.append(np.arange(n))
+            gaps.append(None)
+    return keep, tuple(gaps)
 
 
 # -- layout -------------------------------------------------------------------------
 
 
-def _layout(cells: np.ndarray, width: int) -> list[str]:
-    """Lines of the drawing of ``cells``; dim 0 of an N-D array is the outermost."""
+def _layout(cells: np.ndarray, width: int, gaps: tuple[int | None, ...]) -> list[str]:
+    """Lines of the drawing of ``cells``; axis 0 of an N-D array is dim -N, the outermost.
+
+    ``gaps[d]`` is where the ``...`` of a summarized axis ``d`` goes, or ``None``.
+    """
     if cells.ndim == 0:
         return [cells.item().rjust(width)]
-    if cells.ndim == 1:
-        return ["  ".join(c.rjust(width) for c in cells)]
-    if cells.ndim == 2:
-        return [line for row in cells for line in _layout(row, width)]
-    blocks = [_layout(sub, width) for sub in cells]
-    k = cells.ndim - 1  # this dim's distance from the last dim
+    k = cells.ndim - 1  # this axis is dim -(k + 1)
+    # cells[i, ...] keeps a 0-D array (iterating a 1-D object array would yield bare strings).
+    parts = [_layout(cells[i, ...], width, gaps[1:]) for i in range(len(cells))]
+    if gaps[0] is not None:
+        parts.insert(gaps[0], _ellipsis_block(cells.shape[1:], gaps[1:], width, across=k % 2 == 0))
+    if k == 0:
+        return ["  ".join(p[0] for p in parts)]
+    if k == 1:
+        return [line for p in parts for line in p]
     if k % 2 == 0:
-        return _join_horizontal(blocks, "    " if k == 2 else f"  {':' * ((k - 2) // 2)}  ")
-    return _join_vertical(blocks, rules=(k - 3) // 2)
+        return _join_horizontal(parts, "    " if k == 2 else f"  {':' * ((k - 2) // 2)}  ")
+    return _join_vertical(parts, rules=(k - 3) // 2)
+
+
+def _ellipsis_block(
+    shape: tuple[int, ...], gaps: tuple[int | None, ...], width: int, across: bool
+) -> list[str]:
+    """The ``...`` that stands for omitted blocks of the given shape.
+
+    Between side-by-side blocks it is one cell wide and as tall as a block; between
+    stacked blocks one cell tall and as wide as a block, so the cells still line up.
+    """
+    m = len(shape)
+    # Axis j of a block is dim -(m - j); even distances from the last dim run across.
+    collapse = [((m - 1 - j) % 2 == 0) == across for j in range(m)]
+    filler_shape = tuple(1 if c else n for c, n in zip(collapse, shape, strict=True))
+    filler_gaps = tuple(None if c else g for c, g in zip(collapse, gaps, strict=True))
+    return _layout(np.full(filler_shape, ELLIPSIS, dtype=object), width, filler_gaps)
 
 
 def _join_horizontal(blocks: list[list[str]], sep: str) -> list[str]:
@@ -261,7 +428,7 @@ def picture_grid(text: str) -> list[list[str]]:
 
 
 def morton_index(row: int, col: int, ndim: int) -> int:
-    """Interleave the bits of ``col`` (dims 0, 2, 4, ... from the last) and ``row``.
+    """Interleave the bits of ``col`` (dims -1, -3, -5, ...) and ``row`` (dims -2, -4, ...).
 
     For an all-size-2 tensor with ``ndim`` dims, the element drawn at
     (``row``, ``col``) is the one with this flat index: the picture is a
@@ -269,14 +436,14 @@ def morton_index(row: int, col: int, ndim: int) -> int:
 
     >>> [morton_index(0, c, 2) for c in range(2)], [morton_index(1, c, 2) for c in range(2)]
     ([0, 1], [2, 3])
-    >>> morton_index(1, 1, 4)  # row 1 is dim 2, col 1 is dim 3
+    >>> morton_index(1, 1, 4)  # row bit 0 is dim -2, col bit 0 is dim -1
     3
-    >>> morton_index(0, 2, 4)  # col bit 1 is dim 1
+    >>> morton_index(0, 2, 4)  # col bit 1 is dim -3
     4
     """
     index = 0
     col_bits, row_bits = (ndim + 1) // 2, ndim // 2
-    for k in range(ndim):  # k counts dims from the last one
+    for k in range(ndim):  # this is dim -(k + 1)
         source, bit = (col, k // 2) if k % 2 == 0 else (row, k // 2)
         limit = col_bits if k % 2 == 0 else row_bits
         if bit < limit and source >> bit & 1:
@@ -307,3 +474,37 @@ def split_pieces(shape: Sequence[int], dim: int) -> np.ndarray:
     labels = np.empty(shape, dtype=object)
     labels[...] = np.vectorize(lambda i: chr(ord("a") + i), otypes=[object])(index) if index.size else index
     return labels
+
+
+def torch_excerpt(obj: Any, first: str | None = None, stop: str | None = None) -> tuple[str, int, str]:
+    """Lines of the installed torch's source of ``obj`` (a function or class), read now.
+
+    Returns ``(path relative to the torch package, first line number, text)``: the lines
+    from the first one that starts with ``first`` up to, not including, the next one that
+    starts with ``stop`` (leading spaces ignored); by default the whole definition.
+
+    >>> from torch import _tensor_str
+    >>> torch_excerpt(_tensor_str._tensor_str, "summarize =", "if self._is_zerotensor")[::2]
+    ('_tensor_str.py', 'summarize = self.numel() > PRINT_OPTS.threshold')
+    >>> torch_excerpt(_tensor_str._tensor_str, "return 42")
+    Traceback (most recent call last):
+    ...
+    LookupError: torch_excerpt: no line of _tensor_str starts with 'return 42'; re-read the source
+    """
+    import inspect
+    from pathlib import Path
+
+    import torch
+
+    lines, lineno = inspect.getsourcelines(obj)
+
+    def find(prefix: str, start: int) -> int:
+        for i in range(start, len(lines)):
+            if lines[i].lstrip().startswith(prefix):
+                return i
+        raise LookupError(f"torch_excerpt: no line of {obj.__name__} starts with {prefix!r}; re-read the source")
+
+    begin = 0 if first is None else find(first, 0)
+    end = len(lines) if stop is None else find(stop, begin + 1)
+    path = Path(inspect.getsourcefile(obj)).relative_to(Path(torch.__file__).parent)
+    return path.as_posix(), lineno + begin, textwrap.dedent("".join(lines[begin:end])).rstrip()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +12,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import explainers.render as render_module
 from explainers.render import (
     ELLIPSIS,
     arange_nd,
     morton_index,
     picture_grid,
+    printed_cells,
     render,
     split_pieces,
+    torch_excerpt,
 )
 
 GOLDEN = {
@@ -68,7 +71,7 @@ def test_cell_width_is_global_and_right_aligned():
 
 def test_dtypes_and_tensor_likes():
     assert render(torch.tensor([True, False])) == " True  False"
-    assert render(torch.tensor([0.5, 2.0], dtype=torch.bfloat16)) == "0.5    2"
+    assert render(torch.tensor([0.5, 2.0], dtype=torch.bfloat16)) == "0.5000  2.0000"
     assert render(np.arange(4).reshape(2, 2)) == "0  1\n2  3"
     marker = np.array([[1, 2], [3, "·"]], dtype=object)
     assert render(marker) == "1  2\n3  ·"
@@ -76,26 +79,185 @@ def test_dtypes_and_tensor_likes():
 
 
 def test_summarizes_large_tensors_like_torch():
-    text = render(arange_nd(100, 100, 100))
+    big = arange_nd(100, 100, 100)
+    text = render(big)
     assert ELLIPSIS in text and "999999" in text
     grid = picture_grid(text)
-    # 3-D: dim 0 lays 7 blocks (3, "...", 3) side by side, each 7 rows x 7 columns.
-    assert len(grid) == 7 and all(len(row) == 7 * 7 for row in grid)
+    # The matrix keeps 3 + "..." + 3 rows and columns; dim -3 keeps its first and last block
+    # with a one-cell "..." column between: 7 + 1 + 7 cells across.
+    assert len(grid) == 7 and all(len(row) == 15 for row in grid)
+    assert grid[0][:3] == ["0", "1", "2"] and grid[-1][-3:] == ["999997", "999998", "999999"]
+    width = max(len(line) for line in text.splitlines())
+    torch_width = max(len(line) for line in str(big).splitlines())
+    assert width == 122 and torch_width == 66  # was 402 when every dim kept 3 + 3
+    assert width <= 2 * torch_width
     full = render(arange_nd(40, 40), summarize=False)
     assert ELLIPSIS not in full and len(full.splitlines()) == 40
 
 
-def test_summary_is_fast():
-    # A ratio, not an absolute time: the summary must not cost more than torch's own repr.
-    big = torch.arange(10**6).view(100, 100, 100)
-    for _ in range(2):
-        t0 = time.perf_counter()
-        render(big)
-        ours = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        repr(big)
-        theirs = time.perf_counter() - t0
-    assert ours < 5 * theirs + 0.05
+def across_bound(ndim: int, edgeitems: int = 3) -> int:
+    """Cells across a summary: 2e+1 for the matrix, then 2x+1 per side-by-side dim."""
+    cells = 2 * edgeitems + 1 if ndim else 1
+    for _ in range(2, ndim, 2):  # dims -3, -5, ...
+        cells = 2 * cells + 1
+    return cells
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 12), min_size=1, max_size=6).filter(lambda s: 1000 < math.prod(s) <= 60000)
+)
+def test_summary_width_does_not_grow_with_sizes(shape):
+    grid = picture_grid(render(arange_nd(*shape)))
+    assert len({len(row) for row in grid}) == 1, "cells line up in every row"
+    assert len(grid[0]) <= across_bound(len(shape))
+    assert grid[0][0] == "0" and grid[-1][-1] == str(math.prod(shape) - 1)
+
+
+def test_summary_formats_only_what_it_draws(monkeypatch):
+    # However big the tensor, a summary formats only the cells it draws.
+    sizes = []
+    real = render_module._format_cells
+
+    def counting(shown, *rest):
+        sizes.append(shown.size)
+        return real(shown, *rest)
+
+    monkeypatch.setattr(render_module, "_format_cells", counting)
+    render(arange_nd(100, 100, 100))
+    assert sizes == [2 * 6 * 6]
+
+
+# -- floats read as print(tensor) prints them ---------------------------------------------
+
+MIXED = [
+    torch.tensor([[-2.0, 0.5, 123456.7], [1e-3, 3.0, 42.0]]),  # sci mode: max/min > 1000
+    torch.tensor([[-2.0, 3.0], [0.0, 7.0]]),  # int mode: "-2."
+    torch.tensor([[-2.0, 0.25], [1.5, 100.0]]),  # fixed point
+    torch.tensor([float("nan"), float("inf"), -float("inf"), 1.5]),
+    torch.tensor([float("nan"), 2.0]),
+    torch.tensor([0.0, -0.0]),
+    torch.tensor([1e9, 2e9]),  # integral, but over 1e8: sci mode
+    torch.tensor([1e-5, 1.0]),
+    torch.tensor(1.5),
+    torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+    torch.tensor([1.5, -2.0, 1e-3], dtype=torch.float16),
+    torch.tensor([1.5, -2.0], dtype=torch.float8_e4m3fn),
+    torch.tensor([1.5, -2.0]).double(),
+    torch.tensor([1 + 2j, -3.5 - 1j]),
+    torch.tensor([[0.5 + 1e-6j, 2.0 - 3j]]),
+    torch.tensor([True, False]),
+    torch.tensor([-5, 123456]),
+]
+
+
+@pytest.mark.parametrize("t", MIXED, ids=lambda t: f"{t.dtype}-{tuple(t.shape)}")
+def test_cells_read_as_torch_prints_them(t):
+    assert render(t.reshape(-1), summarize=False).split() == printed_cells(t)
+
+
+def test_two_d_picture_matches_print():
+    t = MIXED[0]
+    assert [c for row in picture_grid(render(t)) for c in row] == printed_cells(t)
+    assert "1.2346e+05" in render(t) and "-2.0000e+00" in render(t)
+
+
+finite = st.floats(-2.0**40, 2.0**40, allow_nan=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(finite, st.sampled_from([0.0, 1e-7, 3.0, float("inf")])), min_size=1, max_size=40)
+)
+def test_any_float_tensor_formats_like_torch(values):
+    t = torch.tensor(values, dtype=torch.float32)
+    assert render(t, summarize=False).split() == printed_cells(t)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"precision": 2}, {"sci_mode": True}, {"sci_mode": False}, {"precision": 6, "sci_mode": True}],
+)
+def test_follows_set_printoptions(options):
+    t = MIXED[0]
+    try:
+        torch.set_printoptions(**options)
+        assert render(t.reshape(-1)).split() == printed_cells(t)
+    finally:
+        torch.set_printoptions(profile="default")
+    assert render(t.reshape(-1)).split() == printed_cells(t)
+
+
+SPIKED = torch.linspace(0.5, 1.5, 2000)
+SPIKED[2] = 1e9  # in torch's summary with edgeitems=3, left out with edgeitems=2
+
+
+@pytest.mark.parametrize(
+    "options, t",
+    [
+        ({"edgeitems": 2}, SPIKED),
+        ({"profile": "short"}, SPIKED),
+        ({"threshold": 10}, torch.arange(20)),
+        ({"threshold": 10, "edgeitems": 1}, torch.arange(24.0).view(2, 3, 4) / 7),
+        ({"profile": "full"}, torch.arange(2000)),
+    ],
+)
+def test_summary_follows_set_printoptions(options, t):
+    try:
+        torch.set_printoptions(**options)
+        drawn = render(t).split()
+        if t.ndim == 1:
+            assert drawn == printed_cells(t)
+        else:  # 3-D pictures are not in print's order: compare the cells drawn and the format
+            assert set(drawn) <= set(printed_cells(t)) and ELLIPSIS in drawn
+        # Values given to render win over the options.
+        assert ELLIPSIS not in render(t, threshold=t.numel())
+    finally:
+        torch.set_printoptions(profile="default")
+
+
+def test_explicit_summary_arguments():
+    assert render(arange_nd(20), threshold=10, edgeitems=2) == "  0    1  ...   18   19"
+    with pytest.raises(ValueError, match="edgeitems must be a positive int, got 0"):
+        render(arange_nd(20), threshold=10, edgeitems=0)
+
+
+def test_summary_chooses_the_format_over_what_torch_shows():
+    # A huge value in the middle that torch's summary leaves out does not switch on sci mode...
+    t = torch.linspace(0.5, 1.5, 2000)
+    t[1000] = 1e12
+    assert "e+" not in str(t) and "e+" not in render(t)
+    # ... while one that torch's summary shows does, even where render leaves it out
+    # (render keeps blocks 0 and 99 of dim -3; torch keeps 0, 1, 2, 97, 98, 99).
+    u = torch.full((100, 10, 10), 1.5)
+    u[1, 0, 0] = 1e12
+    assert "e+" in str(u) and "e+12" not in render(u) and "1.5000e+00" in render(u)
+    drawn = {c for row in picture_grid(render(u)) for c in row} - {ELLIPSIS}
+    assert drawn <= set(printed_cells(u))
+
+
+def test_object_arrays_share_one_float_format():
+    marker = np.array([[1.5, 100.25], [2.0, "·"]], dtype=object)
+    assert picture_grid(render(marker)) == [["1.5000", "100.2500"], ["2.0000", "·"]]
+
+
+def test_torch_excerpt_reads_the_installed_source():
+    from torch import _tensor_str
+
+    path, line, text = torch_excerpt(_tensor_str._Formatter.format)
+    assert path == "_tensor_str.py" and text.startswith("def format(self, value):")
+    source = (Path(torch.__file__).parent / path).read_text().splitlines()
+    assert source[line - 1].strip() == "def format(self, value):"
+    path, line, text = torch_excerpt(_tensor_str.get_summarized_data, "if dim == 1:", "if not")
+    assert text.splitlines()[0] == "if dim == 1:" and "PRINT_OPTS.edgeitems" in text
+    assert source[line - 1].strip() == "if dim == 1:" and "if not" not in text
+    with pytest.raises(LookupError, match="no line of get_summarized_data starts with 'if never'"):
+        torch_excerpt(_tensor_str.get_summarized_data, "if dim == 1:", "if never")
+
+
+def test_printed_cells_needs_a_tensor():
+    with pytest.raises(ValueError, match="expected a torch.Tensor, got ndarray"):
+        printed_cells(np.arange(3))
 
 
 @pytest.mark.parametrize(
