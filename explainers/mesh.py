@@ -248,7 +248,8 @@ def from_local(local: Any, mesh: Any, placements: Sequence[Any] | None = None) -
     dim is local size x mesh size.  With 15 elements on 2 ranks the locals are 8
     and 7, so ranks disagree on the global shape and a later all-gather fails
     (simulated: ``Expected cond to be True`` in ``Shard._maybe_unpad_tensor``;
-    real gloo: a collective size mismatch).  Here the global shape comes from
+    real gloo: gloo's size check aborts the process of a rank that receives
+    more than it expected).  Here the global shape comes from
     the real local sizes, all-gathered by PyTorch's
     ``compute_global_tensor_shape`` one sharded mesh dim at a time (it supports
     only a 1-D mesh and one placement in torch 2.14.1), innermost mesh dim
@@ -714,7 +715,7 @@ def rank_listing(step: Step) -> str:
 
 
 def describe_step(step: Step) -> str:
-    """The step's line from the notes, the collective it ran, and the drawing."""
+    """The step's line of the fragment, the collective it ran, and the drawing."""
     parts = [step.code]
     if step.redistribution is not None:
         parts.append(step.redistribution.sentence())
@@ -732,7 +733,7 @@ def _flatten(values: Any) -> Iterator[Any]:
 
 # -- the walkthrough ------------------------------------------------------------------
 
-#: The fragment from the notes: (phase, label, line), verbatim but for the size.
+#: Edward Z. Yang's mesh-elimination fragment: (phase, label, line), verbatim but for the size.
 FRAGMENT: tuple[tuple[str, str, str], ...] = (
     ("Start", "start", 'x = DTensor.from_local(arange_nd(15), mesh["m", "n", "k"], [R, R, R])'),
     (
@@ -766,7 +767,7 @@ FRAGMENT: tuple[tuple[str, str, str], ...] = (
 
 
 def walkthrough(mesh: Any, numel: int = 15) -> list[Step]:
-    """Run the notes' mesh-elimination fragment on ``mesh`` and record every step.
+    """Run the mesh-elimination fragment (:data:`FRAGMENT`) on ``mesh``; record every step.
 
     ``mesh`` must have dims named ``("m", "n", "k")``; its world may be
     simulated (:func:`simulated_mesh`) or real (``torchrun``): the code is the

@@ -3,7 +3,9 @@
 The comparison test, and anyone checking the simulated page against real
 PyTorch, uses :func:`launch_walkthrough`: one ``torchrun --nproc-per-node 8``
 launch of :mod:`explainers.mesh_run` (gloo on CPU), which returns the
-walkthrough's steps with all 8 ranks merged, and how long it took.
+walkthrough's steps and the page's probes with all 8 ranks merged, and how long
+it took.  :func:`launch_verbatim` runs the fragment exactly as written and
+returns how each rank ended, including ranks that died inside a collective.
 """
 
 from __future__ import annotations
@@ -12,21 +14,33 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 # mesh_run is the script torchrun launches: imported so that the docs' dependency
 # cache (explainers.deps) re-executes the mesh page when it changes.
 from explainers import mesh_run  # noqa: F401
-from explainers.mesh import Step, merge_steps
+from explainers.mesh import FRAGMENT, Step, merge_steps
+from explainers.mesh_probes import FsdpLayout, GatherProbe, merge_probes
 
-__all__ = ["RealRun", "free_port", "launch_walkthrough", "real_run", "record_key"]
+__all__ = [
+    "RealRun",
+    "VerbatimRun",
+    "failed_ranks",
+    "free_port",
+    "launch_verbatim",
+    "launch_walkthrough",
+    "real_run",
+    "real_verbatim",
+    "record_key",
+]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,78 +61,165 @@ class RealRun:
     """The result of one real multi-process walkthrough."""
 
     steps: list[Step]  # every rank merged in
-    wall_s: float  # the whole launch: interpreters, imports, rendezvous, walkthrough
+    wall_s: float  # the whole launch: interpreters, imports, rendezvous, walkthrough, probes
     walkthrough_s: float  # the slowest rank's walkthrough() call alone
     nproc: int
     when: str = ""  # UTC time of the launch
     by: str = ""  # who launched it: "test" or "page"
     cpus: int = 0  # os.cpu_count() of the machine it ran on
+    probes: list[GatherProbe] = field(default_factory=list)  # every rank merged in
+    fsdp: FsdpLayout | None = None  # every rank's rows merged in
+
+
+@dataclass(frozen=True)
+class VerbatimRun:
+    """How each rank of one real launch of the fragment, as written, ended."""
+
+    returncode: int  # of the torchrun launcher
+    started: dict[int, list[int]]  # rank -> indices into FRAGMENT of the lines it started
+    ended: dict[int, dict]  # rank -> {"values": ...} or {"error": type, "message": ...}
+    gloo: list[str]  # the launcher output lines in which gloo refused a message
+    exitcodes: dict[int, int] = field(default_factory=dict)  # failed ranks, from the summary
+    when: str = ""
+    by: str = ""
+    cpus: int = 0
+
+    def last_line(self, rank: int) -> str | None:
+        """The label of the last fragment line ``rank`` started, e.g. ``"unshard N"``."""
+        lines = self.started.get(rank)
+        return FRAGMENT[lines[-1]][1] if lines else None
+
+
+def _launch(numel: int, nproc: int, timeout: float, out: Path, extra: list[str]) -> tuple[int, str]:
+    """One ``torchrun`` launch of :mod:`explainers.mesh_run`; (return code, output)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "-m",
+        "explainers.mesh_run",
+        f"--numel={numel}",
+        f"--out={out}",
+        "--quiet",
+        *extra,
+    ]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # A new session, so that on timeout the launcher and its workers can be
+    # killed together by their process-group id.
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise RuntimeError(
+            f"torchrun {' '.join(extra) or 'walkthrough'} (numel={numel}) did not finish in "
+            f"{timeout} s:\n" + output[-3000:]
+        ) from None
+    return proc.returncode, output
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failed_ranks(output: str) -> dict[int, int]:
+    """``{rank: exit code}`` from the failure summary that ``torch.distributed.run`` prints.
+
+    >>> failed_ranks("  rank      : 7 (local_rank: 7)\\n  exitcode  : -6 (pid: 1)")
+    {7: -6}
+    """
+    return {int(r): int(c) for r, c in _FAILURE.findall(output)}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> RealRun:
-    """Run :func:`explainers.mesh.walkthrough` on ``nproc`` real gloo processes.
+    """Run :func:`explainers.mesh.walkthrough` and the page's probes on ``nproc`` real gloo
+    processes.
 
     One ``python -m torch.distributed.run`` launch, rendezvous on a free port of
-    127.0.0.1; each rank writes its steps to a JSON file, merged here.  Raises
-    ``RuntimeError`` with the launcher's output tail if it fails or runs longer
-    than ``timeout`` seconds (the whole process group is then killed).
+    127.0.0.1; each rank writes its steps and probes to a JSON file, merged here.
+    Raises ``RuntimeError`` with the launcher's output tail if it fails or runs
+    longer than ``timeout`` seconds (the whole process group is then killed).
     """
     if nproc != 8:
         raise ValueError(f"the walkthrough's mesh is 2x2x2: nproc must be 8, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="mesh-run-") as tmp:
         out = Path(tmp)
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={nproc}",
-            "--master-addr=127.0.0.1",
-            f"--master-port={free_port()}",
-            "-m",
-            "explainers.mesh_run",
-            f"--numel={numel}",
-            f"--out={out}",
-            "--quiet",
-        ]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p
-        )
-        env.setdefault("OMP_NUM_THREADS", "1")
         start = time.perf_counter()
-        # A new session, so that on timeout the launcher and its 8 workers can
-        # be killed together by their process-group id.
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            raise RuntimeError(
-                f"torchrun walkthrough (numel={numel}) did not finish in {timeout} s:\n"
-                + output[-3000:]
-            ) from None
+        code, output = _launch(numel, nproc, timeout, out, [])
         wall = time.perf_counter() - start
-        if proc.returncode != 0:
+        if code != 0:
             raise RuntimeError(
-                f"torchrun walkthrough (numel={numel}) exited with {proc.returncode}:\n"
-                + output[-3000:]
+                f"torchrun walkthrough (numel={numel}) exited with {code}:\n" + output[-3000:]
             )
         payloads = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
     runs = [[Step.from_dict(d) for d in p["steps"]] for p in payloads]
+    layouts = [FsdpLayout.from_dict(p["fsdp"]) for p in payloads]
+    if len({fl.placements for fl in layouts}) != 1:
+        raise RuntimeError("the ranks disagree on the FSDP2 weight's placements")
     return RealRun(
         steps=merge_steps(runs),
         wall_s=wall,
         walkthrough_s=max(p["seconds"] for p in payloads),
         nproc=nproc,
-        when=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        when=_now(),
+        cpus=os.cpu_count() or 0,
+        probes=merge_probes([[GatherProbe.from_dict(d) for d in p["probes"]] for p in payloads]),
+        fsdp=FsdpLayout(
+            layouts[0].placements,
+            dict(sorted((r, v) for fl in layouts for r, v in fl.rows.items())),
+        ),
+    )
+
+
+def launch_verbatim(numel: int, nproc: int = 8, timeout: float = 300.0) -> VerbatimRun:
+    """Run the fragment exactly as written on ``nproc`` real gloo processes.
+
+    Unlike :func:`launch_walkthrough`, a failing launch is the result, not an error:
+    the returned :class:`VerbatimRun` says which lines each rank started and how it
+    ended (a rank killed by gloo or by the launcher has no ``ended`` entry).
+    """
+    if nproc != 8:
+        raise ValueError(f"the fragment's mesh is 2x2x2: nproc must be 8, got {nproc}")
+    with tempfile.TemporaryDirectory(prefix="mesh-verbatim-") as tmp:
+        out = Path(tmp)
+        code, output = _launch(numel, nproc, timeout, out, ["--verbatim"])
+        started, ended = {}, {}
+        for r in range(nproc):
+            progress = out / f"rank{r}.progress"
+            if progress.exists():
+                started[r] = [int(line) for line in progress.read_text().split()]
+            result = out / f"rank{r}.json"
+            if result.exists():
+                d = json.loads(result.read_text())
+                ended[r] = {k: v for k, v in d.items() if k != "rank"}
+    gloo = [
+        line.strip()
+        for line in output.splitlines()
+        if "gloo::EnforceNotMet" in line or "doesn't match expected size" in line
+    ]
+    return VerbatimRun(
+        returncode=code,
+        started=started,
+        ended=ended,
+        gloo=gloo,
+        exitcodes=failed_ranks(output),
+        when=_now(),
         cpus=os.cpu_count() or 0,
     )
 
@@ -132,7 +233,7 @@ def record_key(numel: int) -> str:
     import torch
 
     h = hashlib.sha256()
-    for name in ("mesh.py", "mesh_run.py", "mesh_launch.py"):
+    for name in ("mesh.py", "mesh_run.py", "mesh_launch.py", "mesh_probes.py"):
         h.update((Path(__file__).parent / name).read_bytes())
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|{numel}".encode())
     return h.hexdigest()[:16]
@@ -143,22 +244,38 @@ def _records_dir() -> Path:
     return Path(os.environ.get("TORCH_EXPLAINERS_MESH_RUNS", default))
 
 
-def save_record(run: RealRun, numel: int) -> Path:
-    """Store ``run`` for :func:`real_run`, under its :func:`record_key`."""
+def _store(kind: str, numel: int, data: dict) -> Path:
     d = _records_dir()
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"walkthrough-{numel}-{record_key(numel)}.json"
-    data = {
-        "steps": [s.to_dict() for s in run.steps],
-        **{k: getattr(run, k) for k in ("wall_s", "walkthrough_s", "nproc", "when", "by", "cpus")},
-    }
+    path = d / f"{kind}-{numel}-{record_key(numel)}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)  # atomic: a reader never sees half a record
-    for stale in d.glob(f"walkthrough-{numel}-*.json"):
+    for stale in d.glob(f"{kind}-{numel}-*.json"):
         if stale != path:  # recorded by older code or another torch: never read again
             stale.unlink(missing_ok=True)
     return path
+
+
+def _stored(kind: str, numel: int) -> dict | None:
+    path = _records_dir() / f"{kind}-{numel}-{record_key(numel)}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_record(run: RealRun, numel: int) -> Path:
+    """Store ``run`` for :func:`real_run`, under its :func:`record_key`."""
+    data = {
+        "steps": [s.to_dict() for s in run.steps],
+        "probes": [p.to_dict() for p in run.probes],
+        "fsdp": None if run.fsdp is None else run.fsdp.to_dict(),
+        **{k: getattr(run, k) for k in ("wall_s", "walkthrough_s", "nproc", "when", "by", "cpus")},
+    }
+    return _store("walkthrough", numel, data)
+
+
+def save_verbatim(run: VerbatimRun, numel: int) -> Path:
+    """Store ``run`` for :func:`real_verbatim`, under its :func:`record_key`."""
+    return _store("verbatim", numel, asdict(run))
 
 
 def real_run(numel: int, timeout: float = 300.0) -> RealRun:
@@ -167,14 +284,35 @@ def real_run(numel: int, timeout: float = 300.0) -> RealRun:
     The comparison test launches the run and stores it (``by="test"``).  A
     page calls this to reuse that run when nothing it depends on has changed
     (same :func:`record_key`: the walkthrough's code, torch, Python, the size);
-    otherwise it launches one itself (``by="page"``, about 25 s on 2 cores)
+    otherwise it launches one itself (``by="page"``, about 30 s on 2 cores)
     and stores it.  Records live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default
     ``~/.cache/torch-explainers/mesh-runs``.
     """
-    path = _records_dir() / f"walkthrough-{numel}-{record_key(numel)}.json"
-    if path.exists():
-        data = json.loads(path.read_text())
-        return RealRun(steps=[Step.from_dict(d) for d in data.pop("steps")], **data)
+    data = _stored("walkthrough", numel)
+    if data is not None:
+        fsdp = data.pop("fsdp")
+        return RealRun(
+            steps=[Step.from_dict(d) for d in data.pop("steps")],
+            probes=[GatherProbe.from_dict(d) for d in data.pop("probes")],
+            fsdp=None if fsdp is None else FsdpLayout.from_dict(fsdp),
+            **data,
+        )
     run = replace(launch_walkthrough(numel, timeout=timeout), by="page")
     save_record(run, numel)
+    return run
+
+
+def real_verbatim(numel: int, timeout: float = 300.0) -> VerbatimRun:
+    """The real 8-process run of the fragment as written: stored, or launched now.
+
+    Stored and reused like :func:`real_run` (the test stores it with ``by="test"``).
+    """
+    data = _stored("verbatim", numel)
+    if data is not None:
+        data["started"] = {int(r): v for r, v in data["started"].items()}
+        data["ended"] = {int(r): v for r, v in data["ended"].items()}
+        data["exitcodes"] = {int(r): v for r, v in data["exitcodes"].items()}
+        return VerbatimRun(**data)
+    run = replace(launch_verbatim(numel, timeout=timeout), by="page")
+    save_verbatim(run, numel)
     return run

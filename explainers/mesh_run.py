@@ -6,7 +6,16 @@ Each of the 8 processes runs :func:`explainers.mesh.walkthrough` on a real
 2x2x2 ``DeviceMesh`` (gloo on CPU, or NCCL with ``--device cuda``).  Rank 0
 gathers every rank's locals and prints, for every step, the same drawing and
 per-rank listing as the page.  With ``--out DIR`` each rank also writes what it
-held at every step to ``DIR/rank<r>.json`` (the comparison test reads those).
+held at every step to ``DIR/rank<r>.json`` (the comparison test reads those),
+together with the page's probes of multi-dim redistributes
+(:func:`explainers.mesh_probes.gather_probes`) and of FSDP2 over tensor
+parallelism (:func:`explainers.mesh_probes.fsdp_tp_layout`), which run after the
+walkthrough.
+
+With ``--verbatim`` each process instead runs the fragment exactly as written
+(:func:`explainers.mesh_probes.run_fragment`), appending the index of every line
+it starts to ``DIR/rank<r>.progress`` and what it ended with to
+``DIR/rank<r>.json``: a rank can die inside a collective without a Python exception.
 """
 
 from __future__ import annotations
@@ -24,11 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--out", type=Path, help="directory for rank<r>.json files")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
+    parser.add_argument(
+        "--verbatim", action="store_true", help="run the fragment as written (needs --out)"
+    )
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error(
             "run me under torchrun: python -m torch.distributed.run --nproc-per-node 8 ..."
         )
+
+    if args.verbatim and args.out is None:
+        parser.error("--verbatim needs --out")
+
+    import datetime
 
     import torch
     import torch.distributed as dist
@@ -41,16 +58,31 @@ def main(argv: list[str] | None = None) -> int:
     # it before the clock starts, so the timing is the walkthrough's own.
     import torch._dynamo  # noqa: F401
 
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    # A bounded timeout: with --verbatim a rank may wait on a peer that died.
+    dist.init_process_group(
+        "nccl" if args.device == "cuda" else "gloo", timeout=datetime.timedelta(seconds=120)
+    )
     try:
         rank = dist.get_rank()
         mesh = make_mesh((2, 2, 2), ("m", "n", "k"), device_type=args.device)
+        if args.verbatim:
+            return _verbatim(mesh, args.numel, args.out, rank)
         start = time.perf_counter()
         steps = walkthrough(mesh, args.numel)
         seconds = time.perf_counter() - start
         if args.out is not None:
+            from explainers.mesh_probes import fsdp_tp_layout, gather_probes
+
+            probes = gather_probes(mesh)
+            fsdp = fsdp_tp_layout(make_mesh((4, 2), ("dp", "tp"), device_type=args.device))
             args.out.mkdir(parents=True, exist_ok=True)
-            payload = {"rank": rank, "seconds": seconds, "steps": [s.to_dict() for s in steps]}
+            payload = {
+                "rank": rank,
+                "seconds": seconds,
+                "steps": [s.to_dict() for s in steps],
+                "probes": [p.to_dict() for p in probes],
+                "fsdp": fsdp.to_dict(),
+            }
             (args.out / f"rank{rank}.json").write_text(json.dumps(payload))
         gathered: list | None = [None] * dist.get_world_size() if rank == 0 else None
         dist.gather_object([s.to_dict() for s in steps], gathered, dst=0)
@@ -64,6 +96,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"walkthrough on rank 0: {seconds:.3f} s")
     finally:
         dist.destroy_process_group()
+    return 0
+
+
+def _verbatim(mesh, numel: int, out: Path, rank: int) -> int:
+    """Run the fragment as written; record each line started, then the result or the error."""
+    from explainers.mesh_probes import run_fragment
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"rank{rank}.progress", "a") as progress:
+
+        def started(i: int) -> None:
+            progress.write(f"{i}\n")
+            progress.flush()  # in the OS before the collective: survives an abort
+
+        try:
+            x = run_fragment(mesh, numel, started)
+            result = {"rank": rank, "values": x.tolist()}
+        except Exception as e:  # noqa: BLE001  what a rank ended with is the record
+            result = {"rank": rank, "error": type(e).__name__, "message": str(e)[:500]}
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
     return 0
 
 

@@ -1,11 +1,22 @@
-"""The simulated walkthrough against 8 real gloo processes (torchrun), per rank, per step."""
+"""The simulated walkthrough and probes against 8 real gloo processes (torchrun), per rank."""
 
 from dataclasses import replace
 
 import pytest
+import torch
+from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import _StridedShard
 
-from explainers.mesh import simulated_mesh, walkthrough
-from explainers.mesh_launch import launch_walkthrough, real_run, save_record
+from explainers.mesh import simulated_mesh, snapshot, walkthrough
+from explainers.mesh_launch import (
+    launch_verbatim,
+    launch_walkthrough,
+    real_run,
+    real_verbatim,
+    save_record,
+    save_verbatim,
+)
+from explainers.mesh_probes import gather_probes
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +25,8 @@ pytestmark = pytest.mark.slow
 def test_simulated_matches_real_gloo(numel):
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
         simulated = walkthrough(mesh, numel)
-    real = launch_walkthrough(numel, timeout=420)  # ~25 s idle; minutes on a loaded 2-core box
+        probes = gather_probes(mesh)
+    real = launch_walkthrough(numel, timeout=420)  # ~30 s idle; minutes on a loaded 2-core box
     assert [s.label for s in real.steps] == [s.label for s in simulated]
     for sim, got in zip(simulated, real.steps, strict=True):
         # Every field of every rank: coordinate, placements, local shape, values;
@@ -26,6 +38,40 @@ def test_simulated_matches_real_gloo(numel):
     last = real.steps[-1].locals()
     assert sorted(last) == list(range(8))
     assert last[7] == ([14] if numel == 15 else [14, 15])
+    # The multi-dim redistributes: counts, warnings and every rank's values, including
+    # the wrong ones of the merged uneven all-gather, are those of the simulation.
+    assert real.probes == probes
+    assert [p.correct for p in real.probes] == [True, True, True, False]
+    # FSDP2 over TP: the rows each rank holds are those of [_StridedShard(0, 2), Shard(0)].
+    weight = torch.arange(16).unsqueeze(1).expand(16, 2).contiguous()
+    with simulated_mesh((4, 2), ("dp", "tp")) as mesh42:
+        strided = snapshot(
+            distribute_tensor(
+                weight, mesh42, [_StridedShard(0, split_factor=2), Shard(0)], src_data_rank=None
+            ),
+            mesh42,
+        )
+    assert real.fsdp.placements == ("_S(0, sf=2)", "S(0)")
+    assert real.fsdp.rows == {s.rank: [row[0] for row in s.values] for s in strided.ranks}
     # Keep the verified run for the page (see explainers.mesh_launch.real_run).
     save_record(replace(real, by="test"), numel)
     assert real_run(numel).steps == real.steps
+    assert real_run(numel).probes == real.probes and real_run(numel).fsdp == real.fsdp
+
+
+def test_fragment_as_written_fails_in_unshard_n_on_real_gloo():
+    run = launch_verbatim(15, timeout=420)
+    assert run.returncode != 0
+    # Rank 7 (one element after "shard M") dies inside the all-gather of "unshard N",
+    # aborted by gloo's size check; no Python exception, so no result file.
+    assert run.last_line(7) == "unshard N" and 7 not in run.ended
+    assert run.exitcodes.get(7) == -6
+    assert any("Received data size doesn't match expected size" in line for line in run.gloo)
+    assert any("terminate called after throwing an instance of 'gloo::EnforceNotMet'" in line
+               for line in run.gloo)
+    # Plain ints on real ranks: nobody meets the simulation's unhashable SymInt, and
+    # every rank got past "shard N" (line 2).
+    assert all(e.get("error") != "TypeError" for e in run.ended.values())
+    assert all(max(lines) >= 3 for lines in run.started.values())
+    save_verbatim(replace(run, by="test"), 15)
+    assert real_verbatim(15).started == run.started

@@ -1,0 +1,415 @@
+"""Probes for the mesh page: what the simulation emulates, the fragment verbatim, and
+what DTensor does when one ``redistribute`` changes several mesh dims.
+
+Everything here runs unchanged in a simulated world (:func:`explainers.mesh.simulated_mesh`)
+and under a real process group (``explainers.mesh_run`` under ``torchrun``), so the page
+can compare the two.  Private PyTorch APIs used are named where they are used; they are
+pinned to torch 2.14.1.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from explainers.mesh import FRAGMENT, RankState, _placement_str, rank_states, redistribute
+
+__all__ = [
+    "FsdpLayout",
+    "GatherProbe",
+    "SimulationTrace",
+    "fragment_code",
+    "fsdp_tp_layout",
+    "gather_probes",
+    "merge_probes",
+    "planned_mesh_dims",
+    "run_fragment",
+    "simulation_trace",
+    "torch_excerpt",
+]
+
+
+# -- what the simulation emulates -----------------------------------------------------
+
+
+@dataclass
+class SimulationTrace:
+    """What ran inside a :func:`simulation_trace` block."""
+
+    backend: str = ""
+    #: LocalTensorMode's collective emulations (``torch.distributed._local_tensor._c10d``)
+    #: that ran, by function name.
+    emulated: dict[str, int] = field(default_factory=dict)
+    #: Lookups in the cached planner ``_redistribute._gen_transform_infos`` (hits + misses).
+    cached_plans: int = 0
+    #: Plans made by ``_gen_transform_infos_non_cached`` outside that cache.
+    uncached_plans: int = 0
+
+
+@contextmanager
+def simulation_trace() -> Iterator[SimulationTrace]:
+    """Count, inside a simulated world, which collectives were emulated and which planner ran.
+
+    Wraps (and restores on exit) every ``_local_*`` function of
+    ``torch.distributed._local_tensor._c10d``, which ``LocalTensorMode`` calls through
+    its module attribute to compute a collective from the per-rank tensors, and
+    ``_redistribute._gen_transform_infos_non_cached``; the cached planner is observed
+    through its ``functools.cache`` statistics.
+
+    >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    >>> from explainers.mesh import simulated_mesh
+    >>> from explainers.render import arange_nd
+    >>> with simulated_mesh((2,), ("k",)) as mesh, simulation_trace() as seen:
+    ...     x = distribute_tensor(arange_nd(4), mesh, [Shard(0)], src_data_rank=None)
+    ...     _ = redistribute(x, [Replicate()])
+    >>> seen.backend, seen.emulated, seen.cached_plans, seen.uncached_plans
+    ('fake', {'_local_functional_all_gather_into_tensor': 1}, 0, 1)
+    """
+    import torch.distributed as dist
+    import torch.distributed.tensor._redistribute as rd
+    from torch.distributed._local_tensor import _c10d as emulation
+    from torch.distributed._local_tensor import local_tensor_mode
+
+    if local_tensor_mode() is None or not dist.is_initialized():
+        raise RuntimeError(
+            "simulation_trace() observes a simulated world: open one with "
+            "simulated_world() or simulated_mesh() first"
+        )
+    trace = SimulationTrace(backend=dist.get_backend())
+    ran: Counter = Counter()
+    plans = Counter()
+
+    def counting(name: str, fn: Callable, counter: Counter) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counter[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    saved = {
+        name: fn
+        for name, fn in vars(emulation).items()
+        if name.startswith("_local_") and inspect.isfunction(fn)
+    }
+    for name, fn in saved.items():
+        setattr(emulation, name, counting(name, fn, ran))
+    non_cached = rd._gen_transform_infos_non_cached
+    rd._gen_transform_infos_non_cached = counting("non_cached", non_cached, plans)
+    before = rd._gen_transform_infos.cache_info()
+    try:
+        yield trace
+    finally:
+        rd._gen_transform_infos_non_cached = non_cached
+        for name, fn in saved.items():
+            setattr(emulation, name, fn)
+        after = rd._gen_transform_infos.cache_info()
+        trace.emulated = dict(sorted(ran.items()))
+        trace.cached_plans = (after.hits - before.hits) + (after.misses - before.misses)
+        # A cache miss calls _gen_transform_infos_non_cached too; count only the direct calls.
+        trace.uncached_plans = plans["non_cached"] - (after.misses - before.misses)
+
+
+# -- the fragment, verbatim ----------------------------------------------------------------
+
+
+def fragment_code(numel: int = 15) -> str:
+    """The fragment's lines, as :func:`run_fragment` executes them.
+
+    >>> print(fragment_code(16).splitlines()[0])
+    x = DTensor.from_local(arange_nd(16), mesh["m", "n", "k"], [R, R, R])  # start
+    """
+    _check_numel(numel)
+    return "\n".join(
+        f"{code.replace('arange_nd(15)', f'arange_nd({numel})')}  # {label}"
+        for _, label, code in FRAGMENT
+    )
+
+
+def _check_numel(numel: object) -> int:
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+        raise ValueError(f"numel must be a positive int, got {numel!r}")
+    return numel
+
+
+def run_fragment(mesh: Any, numel: int, on_line: Callable[[int], None] | None = None) -> Any:
+    """Execute the fragment exactly as written, with plain ``DTensor.from_local`` and
+    ``x.redistribute``, on ``mesh`` (dims named ``m``, ``n``, ``k``).
+
+    The lines are :data:`explainers.mesh.FRAGMENT`, executed one at a time so that
+    ``on_line(i)`` can record which line (index into ``FRAGMENT``) a rank started last:
+    a real rank may die inside a collective without a Python exception.  Returns the
+    final ``x`` (a local tensor).
+
+    >>> from explainers.mesh import simulated_mesh
+    >>> with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    ...     out = run_fragment(mesh, 16)
+    >>> out._local_tensors[7].tolist()
+    [14, 15]
+    """
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    from explainers.render import arange_nd
+
+    _check_numel(numel)
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k"):
+        raise ValueError(
+            f'the fragment needs a 3-D mesh named ("m", "n", "k"), got {mesh.mesh_dim_names}'
+        )
+    # The names the fragment's lines use, and nothing else.
+    names = {"DTensor": DTensor, "R": Replicate(), "S": Shard, "mesh": mesh,
+             "arange_nd": arange_nd}  # fmt: skip
+    for i, (_, _, code) in enumerate(FRAGMENT):
+        if on_line is not None:
+            on_line(i)
+        exec(code.replace("arange_nd(15)", f"arange_nd({numel})"), names)  # noqa: S102
+    return names["x"]
+
+
+# -- several mesh dims in one redistribute ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatherProbe:
+    """One ``redistribute`` to all-``Replicate`` of ``arange_nd(numel)`` placed ``src``."""
+
+    label: str
+    numel: int
+    src: tuple[str, ...]
+    flattened: bool  # whether mesh["m", "n", "k"]._flatten() had been called
+    comms: dict[str, int]  # CommDebugMode's counts
+    warnings: tuple[str, ...]  # what _redistribute logged
+    ranks: tuple[RankState, ...] = ()
+
+    @property
+    def correct(self) -> bool:
+        """Every rank holds the whole tensor, ``0 .. numel-1`` in order."""
+        return bool(self.ranks) and all(r.values == list(range(self.numel)) for r in self.ranks)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GatherProbe:
+        d = dict(d)
+        d["src"], d["warnings"] = tuple(d["src"]), tuple(d["warnings"])
+        d["ranks"] = tuple(
+            RankState(
+                rank=r["rank"],
+                coordinate=tuple(r["coordinate"]),
+                placements=None if r["placements"] is None else tuple(r["placements"]),
+                shape=tuple(r["shape"]),
+                values=r["values"],
+            )
+            for r in d["ranks"]
+        )
+        return cls(**d)
+
+
+#: Name of the flattened mesh dim that gather_probes() creates.
+FLAT = "mnk"
+
+
+def gather_probes(mesh: Any) -> list[GatherProbe]:
+    """Redistribute four 3-D shardings to ``[R, R, R]`` on ``mesh`` (a 2x2x2 ``m, n, k`` mesh).
+
+    In this order: ``[S(0), S(0), S(0)]`` of 16 elements; the same after
+    ``mesh["m", "n", "k"]._flatten("mnk")``; the fragment's right-to-left state
+    ``[_S(0, 4), _S(0, 2), S(0)]`` of 16 elements; ``[S(0), S(0), S(0)]`` of 13 elements.
+    The flattened dim stays on ``mesh`` afterwards.
+
+    DTensor logs its "sequential operations" warning once per process for each
+    (mesh, mesh dims, reason) (torch 2.14.1: the set ``_redistribute._warned_flatten_issues``);
+    each probe empties that set first, so that it records the warning whatever ran before.
+    """
+    import torch.distributed.tensor._redistribute as rd
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from explainers.mesh import redistribute_log
+    from explainers.render import arange_nd
+
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
+        raise ValueError(
+            "gather_probes needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
+            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
+        )
+    S, R = Shard, Replicate()
+    left_to_right = [S(0), S(0), S(0)]
+    right_to_left = [_StridedShard(0, split_factor=4), _StridedShard(0, split_factor=2), S(0)]
+    cases = [
+        ("left to right, no flattened mesh", 16, left_to_right, False),
+        ("left to right, flattened mesh", 16, left_to_right, True),
+        ("right to left, flattened mesh", 16, right_to_left, True),
+        ("left to right, flattened mesh, 13 elements", 13, left_to_right, True),
+    ]
+    probes = []
+    for label, numel, src, flatten in cases:
+        if flatten and FLAT not in (mesh._flatten_mapping or {}):
+            mesh["m", "n", "k"]._flatten(FLAT)
+        rd._warned_flatten_issues.clear()
+        with redistribute_log() as messages:
+            # src_data_rank=None: every rank cuts its own chunk, no scatter.
+            x = distribute_tensor(arange_nd(numel), mesh, src, src_data_rank=None)
+            log: list = []
+            y = redistribute(x, [R, R, R], log)
+        probes.append(
+            GatherProbe(
+                label=label,
+                numel=numel,
+                src=tuple(_placement_str(p) for p in src),
+                flattened=flatten,
+                comms=log[0].comms,
+                warnings=tuple(messages),
+                ranks=rank_states(y, mesh),
+            )
+        )
+    return probes
+
+
+def planned_mesh_dims(x: Any, placements: Sequence[Any]) -> tuple[int, ...]:
+    """The mesh dims of the steps DTensor's planner makes for ``x -> placements``, in order,
+    before ``_optimize_transform_infos`` merges any of them.
+
+    Calls the planner as ``redistribute_local_tensor`` does (torch 2.14.1:
+    ``_redistribute._gen_transform_infos_non_cached`` on the two ``DTensorSpec`` objects).
+
+    >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    >>> from explainers.mesh import simulated_mesh
+    >>> from explainers.render import arange_nd
+    >>> with simulated_mesh((2, 2), ("a", "b")) as mesh:
+    ...     x = distribute_tensor(arange_nd(4), mesh, [Shard(0), Shard(0)], src_data_rank=None)
+    ...     planned_mesh_dims(x, [Replicate(), Replicate()])
+    (1, 0)
+    """
+    import torch.distributed.tensor._redistribute as rd
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    from explainers.mesh import _placements
+
+    if not isinstance(x, DTensor):
+        raise TypeError(f"planned_mesh_dims expects a DTensor, got {type(x).__name__}")
+    target = DTensorSpec(
+        x._spec.mesh, _placements(x.device_mesh, placements), tensor_meta=x._spec.tensor_meta
+    )
+    return tuple(info.mesh_dim for info in rd._gen_transform_infos_non_cached(x._spec, target))
+
+
+def merge_probes(per_rank_runs: Sequence[Sequence[GatherProbe]]) -> list[GatherProbe]:
+    """Combine the probes recorded by each real process into probes holding all ranks.
+
+    Every process must have run the same probes with the same counts and warnings.
+    """
+    if not per_rank_runs:
+        raise ValueError("merge_probes needs at least one run")
+    first = per_rank_runs[0]
+    merged = []
+    for i, probe in enumerate(first):
+        others = [run[i] for run in per_rank_runs]
+        for o in others:
+            if (o.label, o.comms, o.warnings) != (probe.label, probe.comms, probe.warnings):
+                raise ValueError(f"probe {probe.label!r}: processes disagree")
+        ranks = sorted((r for o in others for r in o.ranks), key=lambda r: r.rank)
+        if len({r.rank for r in ranks}) != len(ranks):
+            raise ValueError(f"probe {probe.label!r}: the same rank appears in two runs")
+        merged.append(GatherProbe(**{**probe.__dict__, "ranks": tuple(ranks)}))
+    return merged
+
+
+# -- FSDP2 over tensor parallelism --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FsdpLayout:
+    """The weight of a ``ColwiseParallel`` Linear after ``fully_shard``: placements, and the
+    weight rows (by index) each rank holds."""
+
+    placements: tuple[str, ...]
+    rows: dict[int, list[int]]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FsdpLayout:
+        return cls(tuple(d["placements"]), {int(r): v for r, v in d["rows"].items()})
+
+
+def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
+    """Shard a ``Linear(2, rows)`` with tensor parallelism on ``mesh["tp"]``, then FSDP2 on
+    ``mesh["dp"]``, and report where its weight rows went.
+
+    ``mesh`` is a 2-D mesh named ``("dp", "tp")`` under a *real* process group: FSDP2
+    takes this rank's shard index from ``ProcessGroup.rank()``, which a simulated world
+    does not make per-rank.  Row ``i`` of the weight holds the value ``i``.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    if tuple(mesh.mesh_dim_names or ()) != ("dp", "tp"):
+        raise ValueError(f'fsdp_tp_layout needs a mesh named ("dp", "tp"), got {mesh.mesh_dim_names}')
+    lin = nn.Linear(2, rows, bias=False, device=mesh.device_type)
+    with torch.no_grad():
+        lin.weight.copy_(torch.arange(rows, dtype=lin.weight.dtype).unsqueeze(1).expand(rows, 2))
+    parallelize_module(lin, mesh["tp"], ColwiseParallel())
+    fully_shard(lin, mesh=mesh["dp"])
+    with torch.no_grad():
+        local = lin.weight.to_local()
+    return FsdpLayout(
+        placements=tuple(_placement_str(p) for p in lin.weight.placements),
+        rows={dist.get_rank(): [int(v) for v in local[:, 0].tolist()]},
+    )
+
+
+# -- excerpts of the installed torch ---------------------------------------------------------
+
+
+def torch_excerpt(relpath: str, needles: Sequence[str], after: str | None = None) -> str:
+    """Lines of an installed torch source file, located by their text.
+
+    ``relpath`` is relative to the ``torch`` package.  For each needle, the first line
+    containing it (after the line containing ``after``, and after the previous
+    needle's line) is shown with its line number; ``...`` marks skipped lines.  A
+    needle that does not occur raises ``ValueError``, so a torch that moved the code
+    fails loudly.
+
+    >>> print(torch_excerpt("distributed/tensor/_redistribute.py",
+    ...       ["def get_redistribute_planner", "if _are_we_tracing():"]))  # doctest: +ELLIPSIS
+    distributed/tensor/_redistribute.py:...: def get_redistribute_planner(
+    ...
+    distributed/tensor/_redistribute.py:...:     if _are_we_tracing():
+    >>> torch_excerpt("distributed/tensor/_redistribute.py", ["def _are_we_tracing"])
+    Traceback (most recent call last):
+    ...
+    ValueError: 'def _are_we_tracing' does not occur in distributed/tensor/_redistribute.py after line 0
+    """
+    import torch
+
+    path = Path(torch.__file__).parent / relpath
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = 0
+    if after is not None:
+        start = _find(lines, after, 0, relpath) + 1
+    out, last = [], None
+    for needle in needles:
+        no = _find(lines, needle, start, relpath)
+        if last is not None and no > last + 1:
+            out.append("...")
+        out.append(f"{relpath}:{no + 1}: {lines[no].rstrip()}")
+        start, last = no + 1, no
+    return "\n".join(out)
+
+
+def _find(lines: list[str], needle: str, start: int, relpath: str) -> int:
+    for i in range(start, len(lines)):
+        if needle in lines[i]:
+            return i
+    raise ValueError(f"{needle!r} does not occur in {relpath} after line {start}")

@@ -1,0 +1,127 @@
+"""explainers.mesh_probes in the simulation: the trace, the fragment as written, the probes."""
+
+import pytest
+import torch
+import torch.distributed.tensor._redistribute as rd
+from torch.distributed._local_tensor import _c10d as emulation
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+from explainers.mesh import simulated_mesh, simulated_world, walkthrough
+from explainers.mesh_probes import (
+    FsdpLayout,
+    GatherProbe,
+    fragment_code,
+    gather_probes,
+    merge_probes,
+    planned_mesh_dims,
+    run_fragment,
+    simulation_trace,
+    torch_excerpt,
+)
+
+R, S = Replicate(), Shard
+
+
+@pytest.fixture(scope="module")
+def probes():
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        return gather_probes(mesh)
+
+
+def test_trace_counts_and_restores():
+    before = (emulation._local_functional_all_gather_into_tensor, rd._gen_transform_infos_non_cached)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        with simulation_trace() as seen:
+            steps = walkthrough(mesh, 15)
+        assert seen.backend == "fake"
+        # Every redistribute of the walkthrough planned without the cache.
+        assert seen.cached_plans == 0 and seen.uncached_plans == len(steps) - 1
+        # Two unshard all-gathers, plus from_local's size all-gathers.
+        assert seen.emulated["_local_functional_all_gather_into_tensor"] >= 2
+    assert (emulation._local_functional_all_gather_into_tensor,
+            rd._gen_transform_infos_non_cached) == before
+
+
+def test_trace_needs_a_simulated_world():
+    with pytest.raises(RuntimeError, match="observes a simulated world"), simulation_trace():
+        pass
+
+
+def test_fragment_as_written():
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        steps16 = walkthrough(mesh, 16)
+        out = run_fragment(mesh, 16)
+        assert {r: t.tolist() for r, t in out._local_tensors.items()} == steps16[-1].locals()
+        started = []
+        with pytest.raises(TypeError, match="unhashable type: non-nested SymInt"):
+            run_fragment(mesh, 15, started.append)
+        assert started == [0, 1, 2]  # stops in "shard N"
+    assert "arange_nd(15)" in fragment_code(15) and fragment_code(15).count("\n") == 7
+
+
+def test_fragment_bad_input():
+    with (
+        simulated_mesh((2, 2), ("a", "b")) as mesh,
+        pytest.raises(ValueError, match=r'named \("m", "n", "k"\)'),
+    ):
+        run_fragment(mesh, 16)
+    with pytest.raises(ValueError, match="positive int"):
+        fragment_code(0)
+
+
+def test_probes(probes):
+    assert [p.comms for p in probes] == [{"all_gather_into_tensor": n} for n in (3, 1, 3, 1)]
+    assert [p.correct for p in probes] == [True, True, True, False]
+    assert "flatten mesh dimensions" in probes[0].warnings[0]
+    assert "non-ascending order all_gather" in probes[2].warnings[0]
+    assert probes[3].ranks[0].values == [0, 1, 2, 3, 4, 5, 6, 0, 7, 8, 9, 0, 10]
+
+
+def test_probes_survive_json_and_merge(probes):
+    import json
+
+    back = [GatherProbe.from_dict(json.loads(json.dumps(p.to_dict()))) for p in probes]
+    assert back == probes
+    runs = [[GatherProbe(**{**p.__dict__, "ranks": (p.ranks[k],)}) for p in back] for k in range(8)]
+    assert merge_probes(runs) == probes
+    with pytest.raises(ValueError, match="same rank appears"):
+        merge_probes([runs[0], runs[0]])
+    odd = [GatherProbe(**{**p.__dict__, "comms": {}}) for p in runs[1]]
+    with pytest.raises(ValueError, match="processes disagree"):
+        merge_probes([runs[0], odd])
+    with pytest.raises(ValueError, match="at least one run"):
+        merge_probes([])
+    layout = FsdpLayout(("_S(0, sf=2)", "S(0)"), {3: [10, 11]})
+    assert FsdpLayout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
+
+
+def test_probes_need_the_mnk_mesh():
+    with simulated_mesh((2, 4), ("m", "n")) as mesh, pytest.raises(ValueError, match="2x2x2"):
+        gather_probes(mesh)
+
+
+def test_planned_mesh_dims():
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        x = distribute_tensor(torch.arange(16), mesh, [S(0), S(0), R], src_data_rank=None)
+        assert planned_mesh_dims(x, [R, R, R]) == (1, 0)
+        with pytest.raises(TypeError, match="expects a DTensor"):
+            planned_mesh_dims(torch.arange(2), [R, R, R])
+
+
+def test_torch_excerpt():
+    text = torch_excerpt("distributed/tensor/_redistribute.py",
+                         ["def redistribute_local_tensor(", "if _are_we_tracing():"])
+    lines = text.splitlines()
+    assert lines[0].startswith("distributed/tensor/_redistribute.py:")
+    assert lines[1] == "..." and lines[2].endswith("if _are_we_tracing():")
+    with pytest.raises(ValueError, match="does not occur"):
+        torch_excerpt("distributed/tensor/_redistribute.py", ["no such text anywhere"])
+
+
+def test_fsdp_layout_refuses_other_meshes():
+    from explainers.mesh_probes import fsdp_tp_layout
+
+    with simulated_world(2), pytest.raises(ValueError, match=r'named \("dp", "tp"\)'):
+        from explainers.mesh import make_mesh
+
+        fsdp_tp_layout(make_mesh((2,), ("x",)))
