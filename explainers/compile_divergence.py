@@ -1,24 +1,29 @@
-"""Eager against ``torch.compile``: the mechanism of pytorch/pytorch#163449, measured on CPU.
+"""Eager against ``torch.compile`` on CPU: per-op rounding, and pytorch/pytorch#163449 run as filed.
+
+Eager PyTorch runs one op at a time.  A bf16 op computes in fp32 (its opmath
+type) and stores a bf16 result, so the output of every op is rounded to bf16.
+Inductor fuses ops into one kernel and keeps the intermediates in fp32, so it
+rounds once, where the kernel stores, unless
+``torch._inductor.config.emulate_precision_casts`` puts back the roundings
+eager does (:func:`measure_per_op_rounding` shows both, bit for bit, and the
+line of generated C++ that the flag adds).
 
 #163449 is a torch.compile fuzzer report of an "8+% numerical difference
-between eager and compile" for a bf16 ``addmm`` followed by ``.norm()`` and
-reductions/powers that amplify small differences.  The mechanism: eager
-stores every intermediate in the tensor's dtype, so the bf16 ``norm`` result is
-rounded to bf16 in memory before the next op reads it; Inductor fuses the ops
-and keeps that intermediate in an fp32 register, so it is never rounded.  The
-value did not go to memory, so it was not rounded: Edward Z. Yang's "memory or
-not".  ``torch._inductor.config.emulate_precision_casts = True`` makes Inductor
-round where eager would.
-
-The maintainers' rule for such reports is to compare *both* against an fp64
-reference, not to each other.
+between eager and compile" on CUDA, with ``emulate_precision_casts = True``
+already set.  :func:`run_issue_163449` runs its graph on CPU with its settings,
+compares eager and compiled against fp64, and finds the first intermediate
+that differs; it also runs it with emulation off.
 
 Everything here runs on CPU with Inductor's C++ backend (needs a C++ compiler).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -26,35 +31,45 @@ import torch
 __all__ = [
     "ISSUES",
     "silence_cuda_home_warning",
-    "amplifier",
-    "amplifier_norm_unrounded",
-    "amplifier_inputs",
-    "DivergenceResult",
-    "measure_divergence",
+    "emulate_precision_casts_comment",
+    "mul_add",
+    "PerOpRounding",
+    "measure_per_op_rounding",
+    "issue_163449",
+    "issue_163449_steps",
+    "STEP_NAMES",
+    "issue_163449_inputs",
+    "issue_163449_settings",
+    "SeedRun",
+    "run_issue_163449",
+    "IssueSummary",
+    "summarize_issue_runs",
 ]
 
-#: The five issues linked from the notes, summarized from the project's research notes
-#: (no network at build time, so nothing here is fetched).  ``None`` = not identified.
+#: The five issues, by number.  Titles, states and labels as on GitHub; ``None``
+#: where an issue could not be identified from public sources.
 ISSUES: dict[int, dict[str, str | None]] = {
     163449: {
         "title": "[Fuzzer][Eager/Compile Divergence] 8+% numerical difference between eager and compile",
         "status": "closed",
-        "what": "CUDA, emulate_precision_casts=True; a bf16 addmm, then .norm(), then fp32 "
-        "var().var() and nested pow amplify a bf16 rounding difference. "
-        "The only precision-related one of the five.",
+        "what": "CUDA, with `emulate_precision_casts = True` set. A bf16 `addmm` (5×1024 by "
+        "1024×4), its `norm()` (a bf16 scalar `t4`), then `pow(pow(t4, t7), t7 + t4 + relu(s))`, "
+        "where `t7 = var(var(x, dim=0))` comes from an independent fp32 input `x`. "
+        "The only numerics report of the five.",
     },
     163457: {
-        "title": "Fuzzer eager/compile divergence: unsupported operand type(s) for divmod(): "
+        "title": "[Fuzzer][Eager/Compile Divergence] unsupported operand type(s) for divmod(): "
         "'SymInt' and 'int'",
-        "status": None,
-        "what": "A dynamic-shapes failure in Dynamo, not a precision issue. Listed as an ignore "
-        "pattern in the fuzzer's multi-process runner (tools/experimental/torchfuzz/).",
+        "status": "closed",
+        "what": "Dynamo fails on a dynamic-shape (`SymInt`) `divmod`: a compile failure, "
+        "not a numerics report.",
     },
     163420: {
-        "title": "Fuzzer eager/compile divergence: Inductor fails on t2.fill_diagonal_(t1.item())",
-        "status": None,
-        "what": "A compile failure, not a precision issue. Also an ignore pattern in the "
-        "fuzzer's runner.",
+        "title": "[Fuzzer][Eager/Compile Divergence] Inductor fails on "
+        "`t2.fill_diagonal_(t1.item())` call",
+        "status": "closed",
+        "what": "Inductor fails to compile `fill_diagonal_` with a value from `.item()`: a "
+        "compile failure, not a numerics report.",
     },
     163300: {"title": None, "status": None, "what": None},
     162723: {"title": None, "status": None, "what": None},
@@ -94,91 +109,415 @@ def silence_cuda_home_warning() -> None:
         logger.addFilter(_FILTER)
 
 
-def amplifier(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The small graph: ``addmm`` -> row ``norm`` (in the input dtype) -> fp32 -> ``x**4`` -> sum.
+def emulate_precision_casts_comment() -> tuple[str, int]:
+    """The comment above ``emulate_precision_casts`` in the installed ``torch/_inductor/config.py``.
 
-    The row norms are where eager rounds to bf16 and a fused kernel does not;
-    the fourth power multiplies their relative difference by four.
+    Returns ``(text, line)``: the comment without its ``#`` marks, and the
+    1-based line number of its first line.  Raises ``LookupError`` if the
+    installed torch has no such setting or no comment above it.
 
-    >>> import torch
-    >>> one = torch.ones(1, 1, dtype=torch.float64)
-    >>> amplifier(one, one, one).item()   # ((1 + 1*1) ** 2) ** 2
-    16.0
-    """
-    y = torch.addmm(bias, a, b)
-    n = y.norm(dim=1)
-    z = n.float()
-    return z.pow(2).pow(2).sum()
-
-
-def amplifier_norm_unrounded(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """:func:`amplifier` in eager, except that the row norms are *not* rounded to the input dtype.
-
-    The ``addmm`` result is still stored (and rounded) in the input dtype; the
-    norm is computed and kept in fp32.  This is the hypothesis for what the
-    fused Inductor kernel computes.
-
-    >>> import torch
-    >>> x = [t.double() for t in amplifier_inputs(4)]
-    >>> u, e = amplifier_norm_unrounded(*x).item(), amplifier(*x).item()
-    >>> abs(u - e) / e < 1e-5
+    >>> text, line = emulate_precision_casts_comment()
+    >>> "emulate" in text and line > 1
     True
     """
-    y = torch.addmm(bias, a, b)
-    return y.float().norm(dim=1).pow(2).pow(2).sum()
+    import torch._inductor.config as inductor_config
+
+    lines = inspect.getsource(inductor_config).splitlines()
+    try:
+        at = next(i for i, s in enumerate(lines) if s.startswith("emulate_precision_casts:"))
+    except StopIteration:
+        raise LookupError("torch/_inductor/config.py defines no emulate_precision_casts") from None
+    first = at
+    while first > 0 and lines[first - 1].lstrip().startswith("#"):
+        first -= 1
+    if first == at:
+        raise LookupError("no comment above emulate_precision_casts in torch/_inductor/config.py")
+    text = " ".join(s.strip().lstrip("#").strip() for s in lines[first:at])
+    return text, first + 1
 
 
-def amplifier_inputs(
-    size: int = 64, seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """bf16 ``(bias, a, b)`` of shape ``(size, size)``, N(0, 1) before rounding.
+# -- per-op rounding: one pointwise chain, four ways ---------------------------------------
 
-    >>> [t.dtype for t in amplifier_inputs(4)]
-    [torch.bfloat16, torch.bfloat16, torch.bfloat16]
+
+def mul_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a * b + c``: two ops in eager, one fused kernel under Inductor.
+
+    >>> import torch
+    >>> mul_add(torch.tensor(2.0), torch.tensor(3.0), torch.tensor(1.0)).item()
+    7.0
     """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(size, size, generator=g).bfloat16() for _ in range(3))
+    return a * b + c
 
 
 @dataclass(frozen=True)
-class DivergenceResult:
-    """The graph's value four ways; errors are relative to the fp64 reference."""
+class PerOpRounding:
+    """:func:`mul_add` on bf16 vectors, evaluated four ways and compared bit for bit.
 
-    reference_fp64: float
-    eager_bf16: float
-    compiled: float
-    compiled_emulated: float
+    ``two_roundings`` is ``round(round(a*b) + c)`` (each op rounded to bf16),
+    ``one_rounding`` is ``round(a*b + c)`` with the intermediate kept in fp32.
+    """
 
-    def rel_err(self, value: float) -> float:
-        """``|value - reference| / |reference|``."""
-        return abs(value - self.reference_fp64) / abs(self.reference_fp64)
+    size: int
+    #: eager ``a * b + c`` equals ``two_roundings`` in every element
+    eager_is_two_roundings: bool
+    #: eager ``torch.addcmul(c, a, b)``, one op, equals ``one_rounding`` in every element
+    addcmul_is_one_rounding: bool
+    #: Inductor's fused kernel equals ``one_rounding`` in every element
+    compiled_is_one_rounding: bool
+    #: with ``emulate_precision_casts=True`` the kernel equals eager in every element
+    emulated_is_eager: bool
+    #: elements where one and two roundings give different bf16 values
+    elements_differ: int
+    #: of those, elements where the compiled value is closer to fp64 than eager's
+    compiled_closer: int
+    #: of those, elements where eager is closer to fp64
+    eager_closer: int
+    #: largest error of the compiled value against fp64, in ulps of bf16 at the fp64 value
+    compiled_max_err_ulps: float
+    #: name of the fused kernel Inductor generated (the same in both compiles)
+    kernel_name: str
+    #: the statements of its vectorized loop body, without and with ``emulate_precision_casts``
+    kernel_body: tuple[str, ...]
+    kernel_body_emulated: tuple[str, ...]
 
-    @property
-    def eager_vs_compiled(self) -> float:
-        """What a fuzzer comparing eager to compile sees: ``|compiled - eager| / |eager|``."""
-        return abs(self.compiled - self.eager_bf16) / abs(self.eager_bf16)
+
+def _bf16_ulp(x: torch.Tensor) -> torch.Tensor:
+    """Spacing of bf16 at ``|x|`` (the gap to the next bf16 away from zero), in float64."""
+    r = x.to(torch.bfloat16).abs()
+    return (torch.nextafter(r, torch.full_like(r, float("inf"))) - r).double()
 
 
-def measure_divergence(size: int = 64, seed: int = 0) -> DivergenceResult:
-    """Evaluate :func:`amplifier` in fp64, eager bf16, compiled, and compiled with emulated casts.
+def _kernel_sources(codes: list[str]) -> dict[str, str]:
+    """The C++ kernels in Inductor's generated wrapper modules, by name.
 
-    Resets Dynamo before each compile so the two compiles do not share a
-    cached graph, and restores ``emulate_precision_casts`` afterwards.
-    The first call builds C++ with the machine's compiler (tens of seconds).
+    Works around a private detail (torch 2.14.1): a CPU kernel is emitted as
+    ``name = async_compile.cpp_pybinding([...], r'''<C++>''')``.
+    """
+    found = {}
+    for code in codes:
+        for m in re.finditer(r"^(\w+) = async_compile\.cpp_pybinding\(.*?r'''(.*?)'''", code, re.S | re.M):
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+def _loop_body(source: str) -> tuple[str, ...]:
+    """The first run of ``auto tmpN = ...`` statements and its store, ``static_cast<int64_t>`` elided."""
+    body: list[str] = []
+    for line in source.splitlines():
+        stmt = line.strip()
+        if stmt.startswith("auto tmp") or (body and ".store(" in stmt):
+            body.append(re.sub(r"static_cast<int64_t>\((\w+)\)", r"\1", stmt))
+            if ".store(" in stmt:
+                break
+        elif body:
+            break
+    return tuple(body)
+
+
+def measure_per_op_rounding(size: int = 4096, seed: int = 0) -> PerOpRounding:
+    """Evaluate :func:`mul_add` on bf16 N(0, 1) vectors: eager, compiled, compiled with emulation.
+
+    Compiles twice (after ``torch._dynamo.reset()``), keeping the generated
+    code of each compile (``torch._inductor.utils.run_and_get_code``, a
+    private helper in torch 2.14.1), and restores ``emulate_precision_casts``
+    afterwards.
     """
     import torch._dynamo
     import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
 
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
     silence_cuda_home_warning()
-    bias, a, b = amplifier_inputs(size, seed)
-    ref = amplifier(bias.double(), a.double(), b.double()).item()
-    eager = amplifier(bias, a, b).item()
-    out = {}
+    g = torch.Generator().manual_seed(seed)
+    a, b, c = (torch.randn(size, generator=g).bfloat16() for _ in range(3))
+    eager = mul_add(a, b, c)
+    two = ((a.float() * b.float()).bfloat16().float() + c.float()).bfloat16()
+    one = (a.float() * b.float() + c.float()).bfloat16()
+    ref = a.double() * b.double() + c.double()
+    out, kernels = {}, {}
     for emulate in (False, True):
         torch._dynamo.reset()
         with inductor_config.patch(emulate_precision_casts=emulate):
-            out[emulate] = torch.compile(amplifier, backend="inductor")(bias, a, b).item()
+            out[emulate], codes = run_and_get_code(torch.compile(mul_add, backend="inductor"), a, b, c)
+        kernels[emulate] = _kernel_sources(codes)
     torch._dynamo.reset()
-    return DivergenceResult(ref, eager, out[False], out[True])
+    if len(kernels[False]) != 1 or kernels[False].keys() != kernels[True].keys():
+        raise RuntimeError(f"expected one fused kernel per compile, got {kernels}")
+    (name,) = kernels[False]
+    differ = one != two
+    err_c = (out[False].double() - ref).abs()
+    err_e = (eager.double() - ref).abs()
+    return PerOpRounding(
+        size=size,
+        eager_is_two_roundings=torch.equal(eager, two),
+        addcmul_is_one_rounding=torch.equal(torch.addcmul(c, a, b), one),
+        compiled_is_one_rounding=torch.equal(out[False], one),
+        emulated_is_eager=torch.equal(out[True], eager),
+        elements_differ=int(differ.sum()),
+        compiled_closer=int((differ & (err_c < err_e)).sum()),
+        eager_closer=int((differ & (err_e < err_c)).sum()),
+        compiled_max_err_ulps=float((err_c / _bf16_ulp(ref)).max()),
+        kernel_name=name,
+        kernel_body=_loop_body(kernels[False][name]),
+        kernel_body_emulated=_loop_body(kernels[True][name]),
+    )
+
+
+# -- pytorch/pytorch#163449, as filed ------------------------------------------------------
+
+
+def issue_163449(arg0, arg1, arg2, arg3, arg4):
+    """The graph of pytorch/pytorch#163449, op for op (its ``foo``).
+
+    >>> import torch
+    >>> args = issue_163449_inputs(0, requires_grad=False)
+    >>> issue_163449(*args).dtype
+    torch.float32
+    """
+    t0 = arg0
+    t1 = arg1
+    t2 = arg2
+    t3 = torch.addmm(t0, t1, t2)
+    t4 = t3.norm()
+    t5 = arg3
+    t6 = t5.var(dim=0)
+    t7 = t6.var()
+    t8 = arg4
+    t9 = torch.nn.functional.relu(t8)
+    t10 = t7 + t4 + t9
+    t11 = torch.pow(torch.pow(t4, t7), t10)
+    return t11
+
+
+#: The intermediates :func:`issue_163449_steps` returns, in graph order.
+STEP_NAMES = ("t3 = addmm", "t4 = t3.norm()", "t7 = t6.var()", "t10 = t7 + t4 + t9",
+              "pow(t4, t7)", "t11")
+
+
+def issue_163449_steps(arg0, arg1, arg2, arg3, arg4):
+    """:func:`issue_163449`, returning its intermediates (:data:`STEP_NAMES`) as well.
+
+    >>> import torch
+    >>> args = issue_163449_inputs(0, requires_grad=False)
+    >>> torch.equal(issue_163449_steps(*args)[-1], issue_163449(*args))
+    True
+    """
+    t3 = torch.addmm(arg0, arg1, arg2)
+    t4 = t3.norm()
+    t7 = arg3.var(dim=0).var()
+    t9 = torch.nn.functional.relu(arg4)
+    t10 = t7 + t4 + t9
+    p = torch.pow(t4, t7)
+    return t3, t4, t7, t10, p, torch.pow(p, t10)
+
+
+def issue_163449_inputs(seed: int, requires_grad: bool = True) -> list[torch.Tensor]:
+    """The issue's five inputs: ``torch.rand`` of its shapes and dtypes, drawn from ``seed`` on CPU.
+
+    The issue draws them unseeded on CUDA; here a CPU generator makes each
+    seed reproducible.
+
+    >>> [(tuple(t.shape), t.dtype) for t in issue_163449_inputs(0)][:2]
+    [((5, 4), torch.bfloat16), ((5, 1024), torch.bfloat16)]
+    """
+    g = torch.Generator().manual_seed(seed)
+    spec = [((5, 4), torch.bfloat16), ((5, 1024), torch.bfloat16), ((1024, 4), torch.bfloat16),
+            ((3, 4, 5, 2), torch.float32), ((), torch.float32)]
+    return [torch.rand(s, generator=g, dtype=dt).requires_grad_(requires_grad) for s, dt in spec]
+
+
+@contextlib.contextmanager
+def issue_163449_settings(emulate_precision_casts: bool = True) -> Iterator[None]:
+    """The issue's configuration, restored on exit.
+
+    ``capture_scalar_outputs`` and ``capture_dynamic_output_shape_ops`` (Dynamo)
+    and ``emulate_precision_casts`` (Inductor; ``True`` in the issue).
+
+    >>> import torch._inductor.config as ic
+    >>> before = ic.emulate_precision_casts
+    >>> with issue_163449_settings(True):
+    ...     ic.emulate_precision_casts
+    True
+    >>> ic.emulate_precision_casts == before
+    True
+    """
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    with dynamo_config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True), \
+            inductor_config.patch(emulate_precision_casts=emulate_precision_casts):
+        yield
+
+
+def _tail(t4, t7, t9):
+    return torch.pow(torch.pow(t4, t7), t7 + t4 + t9)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """The issue's graph on one seed's inputs, evaluated several ways."""
+
+    seed: int
+    #: eager ``t4``, the bf16 norm of the ``addmm`` result
+    t4: float
+    #: eager, inputs as drawn (bf16 and fp32)
+    eager: float
+    #: ``torch.compile(fullgraph=True, dynamic=True)`` with the issue's settings
+    compiled: float
+    #: the same with ``emulate_precision_casts=False``
+    compiled_no_emulation: float
+    #: the graph in fp64 on the same inputs
+    fp64: float
+    #: the fp64 graph, except that ``t4`` is eager's bf16 value
+    fp64_on_eager_t4: float
+    #: eager, except that ``t4`` is computed and kept in fp32
+    eager_t4_fp32: float
+    #: those of :data:`STEP_NAMES` whose compiled value differs from eager's (issue's settings)
+    differing_steps: tuple[str, ...]
+    #: ``|compiled t7 - eager t7|`` in ulps of fp32 at eager's ``t7``
+    t7_diff_ulps: float
+    #: the compiled intermediates graph gave the same ``t11`` as the compiled issue graph
+    steps_final_matches: bool
+    #: relative change of the eager output when ``t4`` moves up by one bf16 ulp
+    t4_ulp_effect: float
+
+    @staticmethod
+    def rel(value: float, ref: float) -> float:
+        """``|value - ref| / |ref|``."""
+        return abs(value - ref) / abs(ref)
+
+
+def run_issue_163449(seeds: range | list[int]) -> list[SeedRun]:
+    """Run #163449's graph on CPU for each seed: eager, compiled as filed, without emulation, fp64.
+
+    Three compiles, each after ``torch._dynamo.reset()`` (one compiled function
+    serves every seed: the shapes do not change): the issue's graph with its
+    settings, :func:`issue_163449_steps` with the same settings (to find the
+    intermediates that differ from eager; its inputs do not require grad),
+    and the issue's graph with ``emulate_precision_casts=False``.  The issue
+    graph's inputs require grad as in the issue; only forward values are
+    compared, as the issue does.
+    """
+    import torch._dynamo
+
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    silence_cuda_home_warning()
+    inputs = {s: issue_163449_inputs(s) for s in seeds}
+    compiled, steps, plain = {}, {}, {}
+    # The intermediates graph is a diagnostic: its inputs do not require grad, which spares
+    # compiling a backward graph; steps_final_matches checks it ends where the issue graph does.
+    for emulate, fn, store, grad in ((True, issue_163449, compiled, True),
+                                     (True, issue_163449_steps, steps, False),
+                                     (False, issue_163449, plain, True)):
+        torch._dynamo.reset()
+        with issue_163449_settings(emulate):
+            cfn = torch.compile(fn, fullgraph=True, dynamic=True)
+            for s in seeds:
+                r = cfn(*[t.detach().requires_grad_(grad) for t in inputs[s]])
+                store[s] = tuple(t.detach() for t in r) if isinstance(r, tuple) else r.detach()
+    torch._dynamo.reset()
+
+    runs = []
+    for s in seeds:
+        args = [t.detach() for t in inputs[s]]
+        with torch.no_grad():
+            eager_steps = issue_163449_steps(*args)
+            eager = issue_163449(*args)
+            differing = tuple(n for n, e, c in zip(STEP_NAMES, eager_steps, steps[s], strict=True)
+                              if not torch.equal(e, c))
+            t7_e, t7_c = eager_steps[2], steps[s][2]
+            t7_ulp = torch.nextafter(t7_e, torch.tensor(float("inf"))) - t7_e
+            d = [t.double() for t in args]
+            t4_64 = torch.addmm(d[0], d[1], d[2]).norm()
+            t7_64, t9_64 = d[3].var(dim=0).var(), torch.relu(d[4])
+            t3 = torch.addmm(args[0], args[1], args[2])
+            t4, t7, t9 = t3.norm(), args[3].var(dim=0).var(), torch.relu(args[4])
+            up = torch.nextafter(t4, torch.tensor(float("inf"), dtype=t4.dtype))
+            runs.append(SeedRun(
+                seed=s,
+                t4=t4.item(),
+                eager=eager.item(),
+                compiled=compiled[s].item(),
+                compiled_no_emulation=plain[s].item(),
+                fp64=_tail(t4_64, t7_64, t9_64).item(),
+                fp64_on_eager_t4=_tail(t4.double(), t7_64, t9_64).item(),
+                eager_t4_fp32=_tail(t3.float().norm(), t7, t9).item(),
+                differing_steps=differing,
+                t7_diff_ulps=((t7_c - t7_e).abs() / t7_ulp).item(),
+                steps_final_matches=torch.equal(steps[s][-1], compiled[s]),
+                t4_ulp_effect=_tail(up, t7, t9).item() / eager.item() - 1,
+            ))
+    return runs
+
+
+@dataclass(frozen=True)
+class IssueSummary:
+    """What :func:`run_issue_163449` found, over all its seeds."""
+
+    seeds: int
+    #: seeds where the compiled output (issue's settings) is bitwise equal to eager's
+    compiled_equal: int
+    #: largest ``|compiled - eager| / |eager|`` (issue's settings)
+    compiled_max_rel: float
+    #: seeds where the compiled value of each intermediate differs from eager's
+    step_differs: dict[str, int]
+    #: largest distance between compiled and eager ``t7``, in fp32 ulps
+    t7_max_ulps: float
+    #: in every seed whose output differs, ``pow(t4, t7)`` differs too
+    output_differs_only_with_inner_pow: bool
+    #: the compiled intermediates graph ended in the compiled issue graph's output, every seed
+    steps_final_matches: bool
+    #: smallest and largest ``|compiled - eager| / |eager|`` with ``emulate_precision_casts=False``
+    no_emulation_rel: tuple[float, float]
+    #: seeds where, without emulation, compiled equals "eager with t4 kept in fp32" bitwise
+    no_emulation_equal_t4_fp32: int
+    #: largest relative gap between the compile without emulation and "eager with t4 in fp32"
+    no_emulation_vs_t4_fp32: float
+    #: seeds where the compile without emulation is closer to fp64 than eager
+    no_emulation_closer: int
+    #: smallest and largest relative error of eager against fp64
+    eager_err: tuple[float, float]
+    #: largest relative gap between eager and the fp64 graph evaluated on eager's bf16 ``t4``
+    eager_vs_fp64_on_eager_t4: float
+    #: smallest and largest output change for one bf16 ulp of ``t4``
+    t4_ulp_effect: tuple[float, float]
+    #: smallest and largest eager ``t4``
+    t4_range: tuple[float, float]
+
+
+def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
+    """Reduce :func:`run_issue_163449`'s per-seed results to the figures a reader needs.
+
+    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, ("t7 = t6.var()",), 1.0, True, 0.3)
+    >>> s = summarize_issue_runs([r])
+    >>> s.compiled_equal, s.step_differs["t7 = t6.var()"], s.output_differs_only_with_inner_pow
+    (1, 1, True)
+    """
+    if not runs:
+        raise ValueError("runs is empty: run_issue_163449 needs at least one seed")
+    rel = SeedRun.rel
+    no_emu = [rel(r.compiled_no_emulation, r.eager) for r in runs]
+    eager_err = [rel(r.eager, r.fp64) for r in runs]
+    effect = [r.t4_ulp_effect for r in runs]
+    return IssueSummary(
+        seeds=len(runs),
+        compiled_equal=sum(r.compiled == r.eager for r in runs),
+        compiled_max_rel=max(rel(r.compiled, r.eager) for r in runs),
+        step_differs={n: sum(n in r.differing_steps for r in runs) for n in STEP_NAMES},
+        t7_max_ulps=max(r.t7_diff_ulps for r in runs),
+        output_differs_only_with_inner_pow=all(
+            "pow(t4, t7)" in r.differing_steps for r in runs if r.compiled != r.eager),
+        steps_final_matches=all(r.steps_final_matches for r in runs),
+        no_emulation_rel=(min(no_emu), max(no_emu)),
+        no_emulation_equal_t4_fp32=sum(r.compiled_no_emulation == r.eager_t4_fp32 for r in runs),
+        no_emulation_vs_t4_fp32=max(rel(r.compiled_no_emulation, r.eager_t4_fp32) for r in runs),
+        no_emulation_closer=sum(rel(r.compiled_no_emulation, r.fp64) < rel(r.eager, r.fp64)
+                                for r in runs),
+        eager_err=(min(eager_err), max(eager_err)),
+        eager_vs_fp64_on_eager_t4=max(rel(r.eager, r.fp64_on_eager_t4) for r in runs),
+        t4_ulp_effect=(min(effect), max(effect)),
+        t4_range=(min(r.t4 for r in runs), max(r.t4 for r in runs)),
+    )

@@ -36,6 +36,9 @@ __all__ = [
     "md_table",
     "num_threads",
     "bf16_sum_thread_partials",
+    "installed_source",
+    "quote_installed",
+    "addmm_roundings",
 ]
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
@@ -298,7 +301,9 @@ def emulated_dot_error(k: int = 4096, size: int = 32, seed: int = 0) -> dict[str
 
     Products are formed exactly (bf16 x bf16 fits in fp32); the running sum
     over ``k`` is stored either in bf16 (rounded every step) or in fp32.  Also
-    reports ``torch.mm`` on the bf16 inputs for comparison.
+    reports the fp32 sum rounded once to bf16, the exact (fp64) sum rounded once
+    to bf16 (the error no bf16 output can avoid), and ``torch.mm`` on the bf16
+    inputs.
 
     >>> e = emulated_dot_error(k=256, size=4)
     >>> e["bf16_accumulator"] > e["fp32_accumulator"]
@@ -320,6 +325,8 @@ def emulated_dot_error(k: int = 4096, size: int = 32, seed: int = 0) -> dict[str
     return {
         "bf16_accumulator": float((acc16.double() - ref).abs().max()),
         "fp32_accumulator": float((acc32.double() - ref).abs().max()),
+        "fp32_accumulator, rounded to bf16": float((acc32.bfloat16().double() - ref).abs().max()),
+        "exact, rounded to bf16": float((ref.bfloat16().double() - ref).abs().max()),
         "torch.mm (bf16 out)": float(((a @ b).double() - ref).abs().max()),
     }
 
@@ -408,3 +415,98 @@ def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -
             parts = torch.stack([c.sum().bfloat16() for c in f.split(chunk)])
             partials += bool(got == parts.float().sum().bfloat16())
     return {"trials": trials, "rounded_once": once, "partials_rounded": partials}
+
+
+def installed_source(relpath: str) -> str:
+    """The text of a file shipped in the installed torch package, ``relpath`` below ``torch/``.
+
+    Pages quote the torch they run on (Python sources, and C++ headers under
+    ``include/``) instead of copies.
+
+    >>> "get_dtype_from_self" in installed_source("include/ATen/native/ReduceOpsUtils.h")
+    True
+    >>> installed_source("no/such/file.h")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no/such/file.h is not in the installed torch
+    """
+    from pathlib import Path
+
+    path = Path(torch.__file__).parent / relpath
+    if not path.is_file():
+        raise FileNotFoundError(f"{relpath} is not in the installed torch")
+    return path.read_text(encoding="utf-8")
+
+
+def quote_installed(relpath: str, needle: str, lines: int | None = None, after: str | None = None) -> str:
+    """Numbered lines of an installed torch file, starting at the first line containing ``needle``.
+
+    ``lines`` lines are shown, or, by default, up to the end of the brace (or
+    indented Python) block that starts there.  ``after`` first skips to the
+    line containing it.  The numbers are the installed file's.
+
+    >>> text = quote_installed("include/ATen/OpMathType.h", "struct OpMathType<at::BFloat16>", lines=2)
+    >>> [line.split("  ", 1)[1] for line in text.splitlines()]   # without the line numbers
+    ['struct OpMathType<at::BFloat16> {', '  using type = float;']
+    >>> quote_installed("include/ATen/OpMathType.h", "no such text")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'no such text' does not occur in include/ATen/OpMathType.h
+    """
+    from explainers.allocator.source import block_end, excerpt, find_line
+
+    text = installed_source(relpath)
+    try:
+        start = find_line(text, needle, after=find_line(text, after) if after else 0)
+    except ValueError:
+        raise ValueError(f"{needle!r} does not occur in {relpath}") from None
+    if lines is not None:
+        end = start + lines - 1
+    elif relpath.endswith(".py"):
+        src = text.splitlines()
+        indent = len(src[start - 1]) - len(src[start - 1].lstrip())
+        end = start
+        for no in range(start + 1, len(src) + 1):
+            ln = src[no - 1]
+            if ln.strip() and len(ln) - len(ln.lstrip()) <= indent and not ln.lstrip().startswith(")"):
+                break
+            if ln.strip():
+                end = no
+    else:
+        end = block_end(text, start)
+    return excerpt(text, start, end)
+
+
+def addmm_roundings(m: int = 64, k: int = 512, n: int = 64, seed: int = 0) -> dict[str, float | int]:
+    """bf16 ``addmm(bias, a, b)`` against ``a @ b + bias`` and the fp32 result rounded once.
+
+    Returns each one's max error against fp64, and in how many of the ``m*n``
+    elements ``addmm`` and ``mm + add`` differ from "fp32 ``a @ b + bias``,
+    rounded once to bf16".
+
+    >>> r = addmm_roundings(m=8, k=64, n=8)
+    >>> r["max error, addmm"] <= r["max error, mm + add"]
+    True
+    """
+    if min(m, k, n) < 1:
+        raise ValueError(f"sizes must be >= 1, got m={m}, k={k}, n={n}")
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).bfloat16()
+    b = torch.randn(k, n, generator=g).bfloat16()
+    bias = torch.randn(n, generator=g).bfloat16()
+    ref = a.double() @ b.double() + bias.double()
+    fused = torch.addmm(bias, a, b)
+    once = (a.float() @ b.float() + bias.float()).bfloat16()
+    twice = a @ b + bias  # the product is rounded to bf16, then the sum again
+
+    def err(t: torch.Tensor) -> float:
+        return float((t.double() - ref).abs().max())
+
+    return {
+        "elements": m * n,
+        "max error, addmm": err(fused),
+        "max error, fp32 result rounded once": err(once),
+        "max error, mm + add": err(twice),
+        "addmm differs from rounded once": int((fused != once).sum()),
+        "mm + add differs from rounded once": int((twice != once).sum()),
+    }

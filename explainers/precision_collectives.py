@@ -4,10 +4,12 @@ Runs a real ``torch.distributed.all_reduce`` in a simulated world
 (:func:`explainers.mesh.simulated_world`, PyTorch's ``"fake"`` process group
 plus ``LocalTensorMode``).  In torch 2.14.1 ``LocalTensorMode`` reduces with
 ``functools.reduce(operator.add, per_rank_tensors)``
-(``torch/distributed/_local_tensor/_c10d.py``): a chain of ``world_size - 1``
-additions, each rounded to the tensor's dtype, like the hops of a ring
-all-reduce.  A tree all-reduce rounds fewer times along each path; that order
-is not simulated here.
+(``_local_reduce`` in ``torch/distributed/_local_tensor/_c10d.py``): a chain of
+``world_size - 1`` additions, each rounded to the tensor's dtype.  A ring
+reduce-scatter adds each chunk in such a chain (starting at a different rank
+per chunk).  A reduction tree adds in pairs instead, so each element is
+rounded about ``log2(world_size)`` times on its way; :func:`pairwise_sum`
+emulates that order with plain tensor additions (it is not a collective).
 
 >>> e = allreduce_errors(4, n=64)
 >>> e["bf16 comm"] > e["fp32 comm"]
@@ -23,13 +25,19 @@ import torch
 __all__ = [
     "rank_gradients",
     "allreduce",
+    "pairwise_sum",
     "allreduce_errors",
     "allreduce_error_table",
     "plot_allreduce_errors",
     "figure_svg",
 ]
 
-_VARIANTS = ("bf16 comm", "fp32 comm, result rounded to bf16", "fp32 comm")
+_VARIANTS = (
+    "bf16 comm",
+    "bf16, pairwise order",
+    "fp32 comm, result rounded to bf16",
+    "fp32 comm",
+)
 
 
 def rank_gradients(world_size: int, n: int = 4096, seed: int = 0) -> dict[int, torch.Tensor]:
@@ -80,6 +88,26 @@ def allreduce(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> tor
     return out
 
 
+def pairwise_sum(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> torch.Tensor:
+    """Sum the ranks' tensors in pairs, level by level, every partial sum rounded to ``comm_dtype``.
+
+    The order of a binary reduction tree, emulated with tensor additions.
+
+    >>> import torch
+    >>> g = {0: torch.tensor([256.0]), 1: torch.tensor([1.0]), 2: torch.tensor([1.0]),
+    ...      3: torch.tensor([1.0])}
+    >>> pairwise_sum(g, torch.bfloat16).item()   # (256 + 1) + (1 + 1): 256 + 2
+    258.0
+    """
+    if not per_rank:
+        raise ValueError("pairwise_sum needs at least one rank")
+    level = [per_rank[r].detach().to(comm_dtype) for r in sorted(per_rank)]
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i]
+                 for i in range(0, len(level), 2)]
+    return level[0]
+
+
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
@@ -87,7 +115,9 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str, float]:
     """Relative error ``||out - ref|| / ||ref||`` of three ways to all-reduce the same bf16 gradients.
 
-    * ``"bf16 comm"``: reduce in bf16 (``reduce_dtype=torch.bfloat16``);
+    * ``"bf16 comm"``: reduce in bf16 (``reduce_dtype=torch.bfloat16``), the chain order;
+    * ``"bf16, pairwise order"``: the same additions in bf16, in the order of a tree
+      (:func:`pairwise_sum`);
     * ``"fp32 comm"``: cast to fp32, reduce in fp32 (``reduce_dtype=torch.float32``);
     * ``"fp32 comm, result rounded to bf16"``: the same, then one rounding to bf16,
       the floor for any result stored in bf16.
@@ -104,6 +134,7 @@ def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str,
     fp32 = allreduce(grads, torch.float32)
     return {
         "bf16 comm": _rel_err(bf16, ref),
+        "bf16, pairwise order": _rel_err(pairwise_sum(grads, torch.bfloat16), ref),
         "fp32 comm, result rounded to bf16": _rel_err(fp32.bfloat16(), ref),
         "fp32 comm": _rel_err(fp32, ref),
     }
@@ -125,6 +156,7 @@ def allreduce_error_table(
 # the dark theme of the site alike.
 _COLOURS = {
     "bf16 comm": "#e8710a",
+    "bf16, pairwise order": "#c2185b",
     "fp32 comm, result rounded to bf16": "#1a9ba8",
     "fp32 comm": "#7b68ee",
 }
@@ -139,10 +171,10 @@ def plot_allreduce_errors(rows: Sequence[dict]):
 
     >>> import matplotlib
     >>> matplotlib.use("agg")
-    >>> fig = plot_allreduce_errors([{"world_size": 2, "bf16 comm": 1e-3,
+    >>> fig = plot_allreduce_errors([{"world_size": 2, "bf16 comm": 1e-3, "bf16, pairwise order": 1e-3,
     ...     "fp32 comm, result rounded to bf16": 1e-3, "fp32 comm": 0.0}])
     >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    ['bf16 comm', 'fp32 comm, result rounded to bf16', 'fp32 comm']
+    ['bf16 comm', 'bf16, pairwise order', 'fp32 comm, result rounded to bf16', 'fp32 comm']
     """
     import matplotlib.pyplot as plt
 

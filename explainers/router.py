@@ -19,8 +19,6 @@ True
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +32,8 @@ __all__ = [
     "compare_routers",
     "find_tied_row",
     "k1_router_gradients",
-    "time_routers",
-    "speed_verdict",
+    "RouterRoundings",
+    "router_roundings",
     "router_source",
 ]
 
@@ -136,6 +134,18 @@ class RouterComparison:
     #: largest ``|sum(weights) - 1|`` (the sum taken exactly, in fp64)
     max_sum_drift_a: float
     max_sum_drift_b: float
+    #: largest error against fp64 in ulps of ``dtype`` at each reference weight (same tokens
+    #: as ``max_err_a``/``max_err_b``)
+    max_ulps_a: float
+    max_ulps_b: float
+    #: tokens whose k-th and (k+1)-th largest logits are equal
+    rows_tied_at_k: int
+    #: tokens whose k-th and (k+1)-th largest probabilities (the softmax in ``dtype``) are equal
+    rows_tied_probs_at_k: int
+    #: tokens tied at k in the logits but not in the probabilities
+    rows_tied_logits_not_probs: int
+    #: tokens with different expert sets that are not tied at k in both logits and probabilities
+    rows_different_without_tie: int
 
 
 def _router_logits(tokens: int, n_experts: int, scale: float, seed: int) -> torch.Tensor:
@@ -173,20 +183,103 @@ def compare_routers(
     dr = dense_weights(ir, wr, n_experts)
     sa, sb, sr = (i.sort(dim=-1).values for i in (ia, ib, ir))
     differ = (sa != sb).any(dim=-1)
+    ranked = logits.sort(dim=-1, descending=True).values
+    tied = ranked[:, k - 1] == ranked[:, k]
+    ranked_p = F.softmax(logits, dim=-1).sort(dim=-1, descending=True).values
+    tied_p = ranked_p[:, k - 1] == ranked_p[:, k]
+    ulp = _ulp(dr, dtype)
 
     def max_over(rows: torch.Tensor, diff: torch.Tensor) -> float:
         d = diff.abs()[rows]
         return float(d.max()) if d.numel() else 0.0
 
+    def max_ulps(rows: torch.Tensor, dense: torch.Tensor) -> float:
+        chosen = rows[:, None] & (dr != 0)
+        d = ((dense - dr).abs() / ulp)[chosen]
+        return float(d.max()) if d.numel() else 0.0
+
+    same_a, same_b = (sa == sr).all(dim=-1), (sb == sr).all(dim=-1)
     return RouterComparison(
         dtype=dtype,
         tokens=tokens,
         rows_different_set=int(differ.sum()),
         max_abs_a_minus_b=max_over(~differ, da - db),
-        max_err_a=max_over((sa == sr).all(dim=-1), da - dr),
-        max_err_b=max_over((sb == sr).all(dim=-1), db - dr),
+        max_err_a=max_over(same_a, da - dr),
+        max_err_b=max_over(same_b, db - dr),
         max_sum_drift_a=float((wa.double().sum(-1) - 1).abs().max()),
         max_sum_drift_b=float((wb.double().sum(-1) - 1).abs().max()),
+        max_ulps_a=max_ulps(same_a, da),
+        max_ulps_b=max_ulps(same_b, db),
+        rows_tied_at_k=int(tied.sum()),
+        rows_tied_probs_at_k=int(tied_p.sum()),
+        rows_tied_logits_not_probs=int((tied & ~tied_p).sum()),
+        rows_different_without_tie=int((differ & ~(tied & tied_p)).sum()),
+    )
+
+
+def _ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of ``dtype`` at ``|x|`` (gap to the next value away from zero), as float64.
+
+    >>> import torch
+    >>> _ulp(torch.tensor([1.0, 0.1], dtype=torch.float64), torch.float32).tolist() == [2**-23, 2**-27]
+    True
+    """
+    r = x.to(dtype).abs()
+    return (torch.nextafter(r, torch.full_like(r, float("inf"))) - r).double()
+
+
+@dataclass(frozen=True)
+class RouterRoundings:
+    """Where each router rounds to ``dtype``, checked bit for bit against explicit fp32 steps."""
+
+    dtype: torch.dtype
+    #: A equals ``softmax(topk(logits).float()).to(dtype)``: one rounding, at the end
+    a_is_one_rounding: bool
+    #: B equals three explicit roundings: the probabilities, their sum, the quotient
+    b_is_three_roundings: bool
+    #: weights where B differs from the same steps without rounding the sum
+    b_differs_without_sum_rounding: int
+    #: weights in all
+    weights: int
+
+
+def router_roundings(
+    dtype: torch.dtype,
+    *,
+    tokens: int = 4096,
+    n_experts: int = 256,
+    k: int = 8,
+    scale: float = 2.0,
+    seed: int = 0,
+) -> RouterRoundings:
+    """Rebuild both routers from fp32 steps with explicit roundings to ``dtype`` and compare bitwise.
+
+    Same data as :func:`compare_routers`.  An eager op on ``dtype`` tensors
+    computes in fp32 and rounds its output, so A (one softmax) rounds once and
+    B (softmax, sum, division) three times.
+
+    >>> import torch
+    >>> r = router_roundings(torch.bfloat16, tokens=256, n_experts=32, k=4)
+    >>> r.a_is_one_rounding, r.b_is_three_roundings
+    (True, True)
+    """
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be bfloat16 or float16 (rounded from fp32), got {dtype}")
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    _, wa = topk_softmax(logits, k)
+    _, wb = full_softmax_then_renorm(logits, k)
+    vals, _ = torch.topk(logits, k, dim=-1)
+    one = F.softmax(vals.float(), dim=-1).to(dtype)
+    pk, _ = torch.topk(F.softmax(logits.float(), dim=-1).to(dtype), k, dim=-1)
+    total = pk.float().sum(dim=-1, keepdim=True).to(dtype)
+    three = (pk.float() / total.float()).to(dtype)
+    unrounded_sum = (pk.float() / pk.float().sum(dim=-1, keepdim=True)).to(dtype)
+    return RouterRoundings(
+        dtype=dtype,
+        a_is_one_rounding=torch.equal(wa, one),
+        b_is_three_roundings=torch.equal(wb, three),
+        b_differs_without_sum_rounding=int((wb != unrounded_sum).sum()),
+        weights=wb.numel(),
     )
 
 
@@ -263,52 +356,6 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
         (w * upstream).sum().backward()
         out[name] = logits.grad.detach()
     return out
-
-
-def time_routers(
-    dtype: torch.dtype = torch.float32,
-    *,
-    tokens: int = 4096,
-    n_experts: int = 256,
-    k: int = 8,
-    repeats: int = 15,
-    seed: int = 0,
-) -> dict[str, float]:
-    """Median wall time in seconds of each router, after one warm-up call.
-
-    The two are timed in turn, call by call, so both see the same machine load.
-
-    >>> t = time_routers(tokens=8, n_experts=8, k=2, repeats=3)
-    >>> sorted(t), all(v > 0 for v in t.values())
-    (['full_softmax_then_renorm', 'topk_softmax'], True)
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    logits = _router_logits(tokens, n_experts, 2.0, seed).to(dtype)
-    routers = (topk_softmax, full_softmax_then_renorm)
-    samples: dict[str, list[float]] = {fn.__name__: [] for fn in routers}
-    for fn in routers:
-        fn(logits, k)
-    for _ in range(repeats):
-        for fn in routers:
-            t0 = time.perf_counter()
-            fn(logits, k)
-            samples[fn.__name__].append(time.perf_counter() - t0)
-    return {name: statistics.median(times) for name, times in samples.items()}
-
-
-def speed_verdict(times: dict[str, float], tie: float = 0.10) -> str:
-    """Which of two timings is faster, in words; within ``tie`` (relative) they are the same.
-
-    >>> speed_verdict({"a": 0.010, "b": 0.020})
-    'a was 2.0x as fast'
-    >>> speed_verdict({"a": 0.0100, "b": 0.0105})
-    'the two took the same time within 10 %'
-    """
-    (fast, t_fast), (_, t_slow) = sorted(times.items(), key=lambda kv: kv[1])
-    if t_slow <= t_fast * (1 + tie):
-        return f"the two took the same time within {tie * 100:.0f} %"
-    return f"{fast} was {t_slow / t_fast:.1f}x as fast"
 
 
 def router_source(fn) -> str:

@@ -115,8 +115,6 @@ NONDETERMINISTIC = [
      "MyST-NB's execution table: method (cache or executed), time and run time per page"),
     ("*.html", r"(?<![\w.])[\d.]+(?:</span>)?\s*(?:s|ms|µs|us)\b",
      "measured wall-clock durations: any number directly followed by a time unit"),
-    ("precision.html", r"<span class=\"pasted-text\">[^<]*(?:as fast|the same time)[^<]*</span>",
-     "which MoE router was faster: a comparison of two measured durations"),
     ("mesh.html", r"\(launched by the \w+, \d+ CPUs\)",
      "which real 8-process run the page reused: the one the test suite stored, or one the "
      "page launched itself when no stored run matched (explainers.mesh_launch.real_run)"),

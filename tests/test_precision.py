@@ -1,28 +1,43 @@
 """Tests of the accumulator / output-dtype probes and the knob helpers."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from explainers.precision import (
     accumulator_table,
+    addmm_roundings,
     bf16_sum_thread_partials,
     cancellation_data,
     capture_error,
     emulated_dot_error,
+    installed_source,
     md_table,
     output_dtype,
     probe_accumulator,
+    quote_installed,
     running_sum,
     ulp,
 )
 from explainers.precision_knobs import (
+    DEFAULT,
+    OneDNNCall,
+    _parse_verbose,
+    arithmetic_verdict,
+    cuda_matmul_knobs_effect,
+    fp32_precision_stored,
     fp32_precision_tree,
+    fresh_python,
     knobs_restored,
     legacy_matmul_precision,
-    matmul_reduction_flags_effect,
-    mkldnn_fp32_matmul_error,
+    library_message,
+    mkldnn_fp32_matmul_errors,
+    python_name,
     sdpa_math_reduction_effect,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_running_sum_stalls_and_fp32_does_not():
@@ -87,6 +102,7 @@ def test_mm_out_dtype_not_on_cpu():
 def test_emulated_dot_error():
     e = emulated_dot_error(k=512, size=4)
     assert e["bf16_accumulator"] > 10 * e["fp32_accumulator"]
+    assert e["fp32_accumulator"] < e["exact, rounded to bf16"] <= e["fp32_accumulator, rounded to bf16"] + 1e-9
     with pytest.raises(ValueError, match="k and size"):
         emulated_dot_error(k=0)
 
@@ -98,20 +114,92 @@ def test_md_table_escapes_and_formats():
 # -- knobs --------------------------------------------------------------------------
 
 
+def _in_fresh_python(body: str) -> str:
+    # The cuDNN leaves' internal default cannot be set again once replaced, so tests that
+    # replace it (or need it untouched) run in a process of their own.
+    return fresh_python("import torch\n" + body, env={"PYTHONPATH": str(REPO)})
+
+
 def test_knobs_restored_puts_everything_back_after_error():
-    before = fp32_precision_tree()
+    before_tree, before_stored = fp32_precision_tree(), fp32_precision_stored()
     mm = torch.backends.cuda.matmul
     with pytest.raises(RuntimeError, match="boom"), knobs_restored():
         torch.backends.fp32_precision = "tf32"
         torch.backends.mkldnn.matmul.fp32_precision = "bf16"
         torch.set_float32_matmul_precision("medium")
         mm.allow_bf16_reduced_precision_reduction = False
+        mm.allow_fp16_accumulation = True
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
         raise RuntimeError("boom")
-    assert fp32_precision_tree() == before
+    assert fp32_precision_tree() == before_tree and fp32_precision_stored() == before_stored
     assert legacy_matmul_precision() == "highest"
     assert mm.allow_bf16_reduced_precision_reduction is True
+    assert mm.allow_fp16_accumulation is False
     assert torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed() is False
+
+
+def test_root_still_reaches_cudnn_leaves_after_a_restore():
+    out = _in_fresh_python(
+        "from explainers.precision_knobs import knobs_restored\n"
+        "with knobs_restored():\n"
+        "    torch.backends.fp32_precision = 'tf32'\n"
+        "torch.backends.fp32_precision = 'ieee'\n"
+        "print(torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.rnn.fp32_precision)\n"
+    )
+    assert out.split() == ["ieee", "ieee"]
+
+
+def test_knobs_restored_says_when_the_internal_default_is_lost():
+    out = _in_fresh_python(
+        "from explainers.precision_knobs import knobs_restored, KnobsNotRestorableError\n"
+        "try:\n"
+        "    with knobs_restored():\n"
+        "        torch.backends.cudnn.allow_tf32 = False\n"
+        "except KnobsNotRestorableError as e:\n"
+        "    print('raised', 'cudnn.conv' in str(e) and 'cudnn.rnn' in str(e))\n"
+        "print(torch.backends.fp32_precision, torch.get_float32_matmul_precision())\n"
+    )
+    assert out.split() == ["raised", "True", "none", "highest"]
+
+
+def test_stored_values_are_probed_without_side_effects():
+    stored = fp32_precision_stored()
+    assert stored["cuda.conv"] == stored["cuda.rnn"] == DEFAULT
+    with knobs_restored():
+        torch.backends.mkldnn.fp32_precision = "ieee"  # writes the generic root
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        inner = fp32_precision_stored()
+        assert inner == fp32_precision_stored()
+        assert (inner["generic.all"], inner["cuda.matmul"], inner["mkldnn.all"]) == ("ieee", "tf32", "none")
+        assert inner["cuda.conv"] == DEFAULT and fp32_precision_tree()["cuda.conv"] == "ieee"
+    assert fp32_precision_stored() == stored
+
+
+def test_split_k_halves_are_restored():
+    mm = torch.backends.cuda.matmul
+    with knobs_restored():
+        mm.allow_fp16_reduced_precision_reduction = (False, False)
+        with knobs_restored():
+            mm.allow_fp16_reduced_precision_reduction = False  # a bool resets split-K to True
+            assert mm.allow_fp16_reduced_precision_reduction_split_k is True
+        assert torch._C._get_cublas_allow_fp16_reduced_precision_reduction() == (False, False)
+    assert torch._C._get_cublas_allow_fp16_reduced_precision_reduction() == (True, True)
+
+
+def test_legacy_tf32_flags_and_unreadable_legacy_value_are_restored():
+    with knobs_restored():
+        torch.backends.cuda.matmul.allow_tf32 = True      # writes the legacy value and the tree
+        assert legacy_matmul_precision() == "high"
+    assert torch._C._get_cublas_allow_tf32() is False and legacy_matmul_precision() == "highest"
+    with knobs_restored():
+        torch.backends.cuda.matmul.fp32_precision = "tf32"  # the legacy getter now refuses
+        assert legacy_matmul_precision().startswith("RuntimeError")
+        stored = fp32_precision_stored()
+        with knobs_restored():
+            torch.set_float32_matmul_precision("medium")
+        assert fp32_precision_stored() == stored
+        assert legacy_matmul_precision().startswith("RuntimeError")
+    assert legacy_matmul_precision() == "highest"
 
 
 def test_knobs_restored_keeps_inheritance():
@@ -121,22 +209,82 @@ def test_knobs_restored_keeps_inheritance():
     with knobs_restored():
         torch.backends.fp32_precision = "tf32"
         assert fp32_precision_tree()["mkldnn.conv"] == "tf32"
+        assert fp32_precision_tree()["cuda.conv"] == "tf32"
 
 
-def test_mkldnn_setter_writes_generic_root():
-    # torch 2.14.1: torch.backends.mkldnn.fp32_precision's setter writes ("generic", "all").
+def test_setters_that_reach_further():
+    # torch 2.14.1: torch.backends.mkldnn.fp32_precision's setter writes ("generic", "all"),
+    # and torch.backends.cudnn.fp32_precision is the ("cuda", "all") node.
     with knobs_restored():
         torch.backends.mkldnn.fp32_precision = "tf32"
         assert fp32_precision_tree()["cuda.matmul"] == "tf32"
+    with knobs_restored():
+        torch.backends.cudnn.fp32_precision = "tf32"
+        tree = fp32_precision_tree()
+        assert tree["cuda.matmul"] == "tf32" and tree["mkldnn.matmul"] == "none"
+
+
+def test_python_name_rejects_unknown_nodes():
+    assert python_name("cuda.all") == "torch.backends.cudnn.fp32_precision"
+    with pytest.raises(ValueError, match="unknown fp32_precision node"):
+        python_name("cuda.tf32")
 
 
 def test_flag_effects():
-    assert all(matmul_reduction_flags_effect(size=8, k=512).values())
+    assert all(cuda_matmul_knobs_effect(size=8, k=512).values())
     e = sdpa_math_reduction_effect(shape=(1, 2, 128, 32))
     assert e[True] > e[False]
     with pytest.raises(ValueError, match="float16 and bfloat16"):
         sdpa_math_reduction_effect(torch.float32)
-    assert mkldnn_fp32_matmul_error("ieee", m=8, k=64, n=8) < 1e-4
+    errs = mkldnn_fp32_matmul_errors(m=16, k=256, n=16)
+    assert errs["ieee"] < 1e-4 < errs["bf16 inputs"]
+    assert torch.backends.mkldnn.matmul.fp32_precision == "none"
+
+
+def test_arithmetic_verdict():
+    assert arithmetic_verdict(1e-4, 5e-5, 0.4) == "fp32"
+    assert arithmetic_verdict(0.3, 5e-5, 0.4) == "bf16"
+    with pytest.raises(ValueError, match="not within 10x"):
+        arithmetic_verdict(0.004, 5e-5, 0.4)
+    with pytest.raises(ValueError, match="too close"):
+        arithmetic_verdict(0.01, 0.01, 0.1)
+
+
+def test_onednn_log_lines_are_parsed():
+    line = ("onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core,undef,"
+            "src:f32::blocked:ab::f0 wei:f32::blocked:ab::f0 dst:f32::blocked:ab::f0,"
+            "attr-scratchpad:user attr-fpmath:bf16,,256x1024:1024x256,9.698")
+    call = _parse_verbose(line)
+    assert call == OneDNNCall("matmul", "brg_matmul:avx512_core", "src:f32 wei:f32 dst:f32",
+                              "attr-scratchpad:user attr-fpmath:bf16")
+    assert call.fpmath == "bf16"
+    assert _parse_verbose("onednn_verbose,v1,info,cpu,runtime:OpenMP,nthr:2") is None
+
+
+def test_library_message_and_fresh_python():
+    assert "avx512bw, avx512vl and avx512dq" in library_message("mkldnn_matmul bf16 path needs")
+    with pytest.raises(LookupError):
+        library_message("certainly not in libtorch")
+    with pytest.raises(RuntimeError, match="child Python failed"):
+        fresh_python("import sys; sys.exit(3)")
+
+
+def test_installed_source_excerpts():
+    assert "acc_type" in installed_source("include/ATen/AccumulateType.h")
+    text = quote_installed("include/ATen/native/ReduceOpsUtils.h", "inline ScalarType get_dtype_from_self(")
+    assert text.splitlines()[-1].rstrip().endswith("}") and "promote_integers" in text
+    py = quote_installed("backends/mkldnn/__init__.py", "fp32_precision = ContextProp(")
+    assert len(py.splitlines()) == 4 and '"generic", "all"' in py
+    with pytest.raises(FileNotFoundError):
+        installed_source("include/not/there.h")
+
+
+def test_addmm_rounds_once():
+    r = addmm_roundings(m=16, k=256, n=16)
+    assert r["max error, addmm"] < r["max error, mm + add"]
+    assert r["addmm differs from rounded once"] < r["mm + add differs from rounded once"]
+    with pytest.raises(ValueError, match="sizes"):
+        addmm_roundings(m=0)
 
 
 def test_bf16_sum_rounds_per_thread_partials():

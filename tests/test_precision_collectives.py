@@ -4,7 +4,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from explainers.precision_collectives import allreduce, allreduce_errors, rank_gradients
+from explainers.precision_collectives import (
+    allreduce,
+    allreduce_errors,
+    pairwise_sum,
+    rank_gradients,
+)
 
 
 def test_allreduce_is_a_sum_and_world_closes():
@@ -20,9 +25,20 @@ def test_bf16_comm_rounds_each_hop():
     assert allreduce(grads, torch.float32).item() == 258.0
 
 
+def test_pairwise_order_rounds_differently():
+    grads = {r: torch.tensor([256.0 if r == 0 else 1.0]) for r in range(4)}
+    assert allreduce(grads, torch.bfloat16).item() == 256.0       # 256 + 1 + 1 + 1, each rounded
+    assert pairwise_sum(grads, torch.bfloat16).item() == 258.0    # (256 + 1) + (1 + 1)
+    assert pairwise_sum(grads, torch.float32).item() == 259.0
+    with pytest.raises(ValueError, match="at least one rank"):
+        pairwise_sum({}, torch.float32)
+
+
 def test_errors_grow_with_world_in_bf16_only():
     small, large = allreduce_errors(2, n=512), allreduce_errors(32, n=512)
     assert large["bf16 comm"] > small["bf16 comm"]
+    assert small["bf16, pairwise order"] == small["bf16 comm"]     # two ranks: one addition
+    assert large["bf16, pairwise order"] < large["bf16 comm"]
     assert large["fp32 comm"] < 1e-6
 
 

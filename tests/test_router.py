@@ -4,11 +4,13 @@ import pytest
 import torch
 
 from explainers.router import (
+    _ulp,
     compare_routers,
     dense_weights,
     find_tied_row,
     full_softmax_then_renorm,
     k1_router_gradients,
+    router_roundings,
     topk_softmax,
 )
 
@@ -71,17 +73,60 @@ def test_weights_sum_to_one_and_k_matches():
 def test_bf16_ties_make_sets_differ():
     # bf16 has 8 significant bits, so logits collide at the k-th place.
     c = compare_routers(torch.bfloat16, tokens=4096, n_experts=256, k=8)
-    assert c.rows_different_set > 0
+    assert 0 < c.rows_different_set < c.rows_tied_at_k
+    # every differing token is a tie, in the logits and in the probabilities
+    assert c.rows_different_without_tie == 0 and c.rows_tied_logits_not_probs == 0
     row = find_tied_row(torch.bfloat16, tokens=4096, n_experts=256, k=8)
     assert row is not None
     assert row["logit_rank_k"] == row["logit_rank_k_plus_1"]
 
 
+def test_no_ties_in_fp32():
+    c = compare_routers(torch.float32, tokens=1024, n_experts=64, k=4)
+    assert c.rows_tied_at_k == c.rows_tied_probs_at_k == c.rows_different_set == 0
+
+
+def test_ulp_is_the_spacing_at_the_value_not_at_one():
+    x = torch.tensor([1.0, 0.1, 0.5, 0.75], dtype=torch.float64)
+    assert _ulp(x, torch.float32).tolist() == [2**-23, 2**-27, 2**-24, 2**-24]
+    assert _ulp(x, torch.bfloat16).tolist() == [2**-7, 2**-11, 2**-8, 2**-8]
+
+
+def test_max_ulps_matches_numpy_spacing():
+    # Independent of explainers.router._ulp: numpy's spacing at each fp32 reference weight.
+    np = pytest.importorskip("numpy")
+    c = compare_routers(torch.float32, tokens=64, n_experts=16, k=4)
+    logits = torch.randn(64, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2.0
+    idx, w = topk_softmax(logits.float(), 4)
+    ridx, rw = topk_softmax(logits.float().double(), 4)
+    assert torch.equal(idx.sort(-1).values, ridx.sort(-1).values)
+    ref = torch.zeros(64, 16, dtype=torch.float64).scatter(-1, ridx, rw).gather(-1, idx)
+    ulps = np.abs(w.double().numpy() - ref.numpy()) / np.spacing(ref.numpy().astype(np.float32))
+    assert c.max_ulps_a == pytest.approx(float(ulps.max()), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_where_each_router_rounds(dtype):
+    r = router_roundings(dtype, tokens=512, n_experts=64, k=4)
+    assert r.a_is_one_rounding and r.b_is_three_roundings
+    assert 0 < r.b_differs_without_sum_rounding < r.weights
+
+
+def test_router_roundings_needs_a_low_precision_dtype():
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        router_roundings(torch.float32)
+
+
+def test_a_is_within_half_an_ulp_in_bf16():
+    c = compare_routers(torch.bfloat16, tokens=1024, n_experts=64, k=4)
+    assert c.max_ulps_a < 0.501 < 1 < c.max_ulps_b
+
+
 def test_fp32_agrees_and_b_rounds_more_in_bf16():
     c32 = compare_routers(torch.float32, tokens=512, n_experts=64, k=4)
     assert c32.rows_different_set == 0 and c32.max_abs_a_minus_b < 1e-6
-    c16 = compare_routers(torch.bfloat16, tokens=512, n_experts=64, k=4)
-    assert c16.max_err_b > c16.max_err_a
+    cb16 = compare_routers(torch.bfloat16, tokens=512, n_experts=64, k=4)
+    assert cb16.max_err_b > cb16.max_err_a
 
 
 def test_k1_gradient():

@@ -1,0 +1,605 @@
+"""Watch FSDP2 reduce gradients: which dtype, which op, on a real gloo world on CPU.
+
+``MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)`` decides the dtype
+FSDP2 (``torch.distributed.fsdp.fully_shard``) runs its gradient
+reduce-scatter in.  Instead of trusting the docstring, :func:`fsdp_reduce_dtypes`
+launches ``world_size`` real processes (one per rank, ``gloo`` backend, CPU,
+rendezvous on 127.0.0.1 only), applies ``fully_shard`` with the policy to a tiny
+fp32 model, runs one forward and backward, and records what actually happened:
+
+* every collective that reached the c10d dispatcher, with its tensors' dtypes;
+* for each gradient reduce-scatter (and all-reduce, which plain FSDP2 does not
+  issue; HSDP does), the dtype of the tensor FSDP2 handed to
+  ``torch.distributed``, the ``ReduceOp`` it passed, and any division FSDP2
+  applied to that buffer before or after the collective;
+* the dtype of the gradients autograd produced before the reduction, and of the
+  sharded ``.grad`` FSDP2 leaves on the parameter afterwards.
+
+Everything is returned as plain data (dtypes as strings such as
+``"torch.bfloat16"``), so the ranks can run under another Python environment
+(another torch release: pass its interpreter as ``python=``) and the result
+still compares.
+
+Observed with torch 2.14.1 (``python -m explainers.precision_fsdp``):
+``param_dtype=bf16, reduce_dtype=None`` reduce-scatters a bf16 buffer with
+``ReduceOp.AVG`` and leaves an fp32 sharded ``.grad``; ``reduce_dtype=fp32``
+reduce-scatters fp32 (the bf16 gradients are cast when FSDP2 copies them into
+the reduce-scatter buffer).
+
+Private or semi-private PyTorch APIs used by the ranks (pinned to torch 2.14.1):
+``torch.utils._python_dispatch.TorchDispatchMode`` (to see the ``c10d::`` and
+``fsdp::`` ops as dispatched), and the knowledge that FSDP2 calls
+``torch.distributed.reduce_scatter_single`` / ``torch.distributed.all_reduce``
+through the module attribute (``_fully_shard/_fsdp_collectives.py``), which is
+why wrapping those two attributes sees the ``ReduceOp``.  If a release moves
+the reduction elsewhere, the dispatcher still sees the c10d op and the ranks
+fail with an error saying the entry point changed, instead of reporting nothing.
+
+The pure helpers need no processes:
+
+>>> import torch
+>>> dtype_name(torch.bfloat16), parse_dtype("torch.bfloat16"), parse_dtype(None)
+('torch.bfloat16', torch.bfloat16, None)
+>>> from torch.distributed import ReduceOp
+>>> op_name(ReduceOp.AVG), op_name(ReduceOp.PREMUL_SUM(0.5))
+('AVG', 'PREMUL_SUM(0.5)')
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "dtype_name",
+    "fsdp_reduce_dtypes",
+    "fsdp_reduce_dtypes_many",
+    "op_name",
+    "parse_dtype",
+]
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_MAX_WORLD = 8  # every rank is a Python process importing torch: keep it a demonstration
+
+
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    """``str(dtype)`` (``"torch.float32"``), or ``None``: the plain-data form of a dtype.
+
+    >>> dtype_name(torch.float32), dtype_name(None)
+    ('torch.float32', None)
+    """
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"expected a torch.dtype or None, got {type(dtype).__name__} {dtype!r}")
+    return str(dtype)
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    """Inverse of :func:`dtype_name`: ``"torch.bfloat16"`` (or ``"bfloat16"``) to the dtype.
+
+    >>> parse_dtype("float16")
+    torch.float16
+    >>> parse_dtype("torch.nonsense")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a torch dtype name: 'torch.nonsense'
+    """
+    if name is None:
+        return None
+    attr = name.removeprefix("torch.")
+    dtype = getattr(torch, attr, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a torch dtype name: {name!r}")
+    return dtype
+
+
+def op_name(op: Any) -> str:
+    """A ``ReduceOp`` as plain text: ``"AVG"``, ``"SUM"``, ``"PREMUL_SUM(0.5)"``.
+
+    FSDP2 passes either a bare ``ReduceOp.RedOpType`` (``ReduceOp.AVG``) or, for a
+    custom gradient divide factor, a ``ReduceOp`` object from
+    ``ReduceOp.PREMUL_SUM(factor)`` whose ``.op`` and ``.factor`` say what it is.
+
+    >>> from torch.distributed import ReduceOp
+    >>> op_name(ReduceOp.SUM), op_name(ReduceOp(ReduceOp.AVG))
+    ('SUM', 'AVG')
+    """
+    inner = getattr(op, "op", None)  # a ReduceOp object wraps a RedOpType
+    if inner is not None and hasattr(inner, "name"):
+        if inner.name == "PREMUL_SUM":
+            return f"PREMUL_SUM({op.factor:g})"
+        return inner.name
+    if hasattr(op, "name"):  # a bare RedOpType enum member
+        return op.name
+    raise TypeError(f"not a torch.distributed.ReduceOp: {op!r}")
+
+
+def _check_dtype(arg: str, dtype: object) -> torch.dtype | None:
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(
+            f"{arg} must be a torch.dtype or None, got {type(dtype).__name__} {dtype!r}"
+        )
+    if not dtype.is_floating_point:
+        raise ValueError(f"{arg} must be a floating-point dtype, got {dtype}")
+    return dtype
+
+
+def _check_world_size(world_size: object) -> int:
+    # bool is an int subclass; `world_size=True` is a bug, not a world of 1.
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
+    if world_size < 2:
+        # With one rank FSDP2 copies the gradient instead of reduce-scattering
+        # it (foreach_reduce, torch 2.14.1): there would be nothing to observe.
+        raise ValueError(
+            f"world_size must be at least 2 (one rank issues no reduce-scatter), got {world_size}"
+        )
+    if world_size > _MAX_WORLD:
+        raise ValueError(f"world_size must be at most {_MAX_WORLD} processes, got {world_size}")
+    return world_size
+
+
+def fsdp_reduce_dtypes(
+    param_dtype: torch.dtype | None = torch.bfloat16,
+    reduce_dtype: torch.dtype | None = None,
+    world_size: int = 2,
+    *,
+    timeout: float = 180.0,
+    python: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Run FSDP2 with ``MixedPrecisionPolicy(param_dtype, reduce_dtype)`` on real ranks; report.
+
+    Launches ``world_size`` processes of ``python`` (default: this interpreter)
+    forming a gloo process group on CPU, applies ``fully_shard`` with the
+    policy to a tiny fp32 model (two ``Linear`` layers), runs one forward and
+    backward, and returns what rank 0 observed (every rank must observe the
+    same, or this raises):
+
+    ``torch_version``, ``backend``, ``device``, ``world_size``
+        where it ran;
+    ``param_dtype``, ``reduce_dtype``
+        the policy asked for (``None`` stays ``None``);
+    ``orig_dtype``
+        the parameters' dtype (``"torch.float32"``);
+    ``all_gather_dtypes``
+        dtypes of the parameter all-gathers (the compute dtype);
+    ``unsharded_grad_dtype``
+        dtype of the gradients autograd produced, as FSDP2 copied them into its
+        reduce-scatter buffer;
+    ``reduce_scatters``, ``all_reduces``
+        one dict per gradient collective: ``input_dtype`` and ``output_dtype``
+        of the tensors passed to ``torch.distributed``, ``op`` (see
+        :func:`op_name`), ``pre_divide`` / ``post_divide`` (the divisor FSDP2
+        applied in place to that buffer before / after the collective, or
+        ``None``) and ``c10d_ops`` (the dispatched c10d op names);
+    ``reduce_scatter_dtype``, ``reduce_op``
+        the dtype and op shared by every reduce-scatter;
+    ``sharded_grad_dtype``
+        dtype of the sharded ``.grad`` left on every parameter.
+
+    Raises ``RuntimeError`` with every rank's output tail if a rank fails or
+    the launch takes longer than ``timeout`` seconds (then every rank is
+    killed).  Nothing is written to this process's stdout or stderr: the ranks'
+    output (warnings included) is captured.
+
+    >>> r = fsdp_reduce_dtypes(torch.bfloat16, None)  # doctest: +SKIP
+    >>> r["reduce_scatter_dtype"], r["reduce_op"], r["sharded_grad_dtype"]  # doctest: +SKIP
+    ('torch.bfloat16', 'AVG', 'torch.float32')
+    >>> fsdp_reduce_dtypes(world_size=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: world_size must be at least 2 (one rank issues no reduce-scatter), got 1
+    """
+    return fsdp_reduce_dtypes_many(
+        [(param_dtype, reduce_dtype)], world_size, timeout=timeout, python=python
+    )[0]
+
+
+def fsdp_reduce_dtypes_many(
+    policies: Sequence[tuple[torch.dtype | None, torch.dtype | None]],
+    world_size: int = 2,
+    *,
+    timeout: float = 180.0,
+    python: str | os.PathLike | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`fsdp_reduce_dtypes` for several ``(param_dtype, reduce_dtype)`` policies, one launch.
+
+    The ranks start and form the process group once, then run every policy in
+    turn on a fresh model: a page that compares policies pays the start-up
+    (interpreters, ``import torch``, rendezvous) once.
+
+    >>> fsdp_reduce_dtypes_many([("bf16", None)])
+    Traceback (most recent call last):
+    ...
+    TypeError: policies[0] param_dtype must be a torch.dtype or None, got str 'bf16'
+    """
+    world_size = _check_world_size(world_size)
+    if isinstance(policies, (str, bytes)) or not isinstance(policies, Sequence):
+        raise TypeError(f"policies must be a sequence of (param_dtype, reduce_dtype) pairs, got {policies!r}")
+    if not policies:
+        raise ValueError("policies is empty: give at least one (param_dtype, reduce_dtype) pair")
+    specs = []
+    for i, pair in enumerate(policies):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"policies[{i}] must be a (param_dtype, reduce_dtype) pair, got {pair!r}")
+        p = _check_dtype(f"policies[{i}] param_dtype", pair[0])
+        r = _check_dtype(f"policies[{i}] reduce_dtype", pair[1])
+        specs.append([dtype_name(p), dtype_name(r)])
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    interpreter = os.fspath(python) if python is not None else sys.executable
+    if not Path(interpreter).is_file():
+        raise FileNotFoundError(f"python interpreter not found: {interpreter}")
+    return _launch(specs, world_size, float(timeout), interpreter)
+
+
+def _launch(
+    specs: list[list[str | None]], world_size: int, timeout: float, interpreter: str
+) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="fsdp-reduce-") as tmp:
+        d = Path(tmp)
+        (d / "policies.json").write_text(json.dumps(specs))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p
+        )
+        # One thread per rank: the model is tiny, and the ranks share the cores.
+        env["OMP_NUM_THREADS"] = "1"
+        procs: list[subprocess.Popen] = []
+        logs = []
+        try:
+            for rank in range(world_size):
+                log = open(d / f"rank{rank}.log", "wb")  # noqa: SIM115 (closed in finally)
+                logs.append(log)
+                cmd = [
+                    interpreter,
+                    "-m",
+                    "explainers.precision_fsdp",
+                    f"--rank={rank}",
+                    f"--world-size={world_size}",
+                    f"--dir={d}",
+                    f"--timeout={timeout}",
+                ]
+                # Own session per rank: on timeout we kill exactly the processes
+                # we started (and anything they started), by process-group id.
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        cwd=d,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            deadline = time.monotonic() + timeout
+            timed_out = False
+            for p in procs:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                        os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            for log in logs:
+                log.close()
+        tails = "\n".join(
+            f"--- rank {r} (exit {p.returncode}) ---\n"
+            + (d / f"rank{r}.log").read_text(errors="replace")[-2000:]
+            for r, p in enumerate(procs)
+        )
+        if timed_out:
+            raise RuntimeError(f"FSDP2 ranks did not finish in {timeout:g} s:\n{tails}")
+        if any(p.returncode != 0 for p in procs):
+            raise RuntimeError(f"an FSDP2 rank failed:\n{tails}")
+        per_rank = [json.loads((d / f"rank{r}.json").read_text()) for r in range(world_size)]
+    for r, got in enumerate(per_rank[1:], start=1):
+        if got != per_rank[0]:
+            raise RuntimeError(
+                f"rank {r} observed something else than rank 0:\n{got}\nvs\n{per_rank[0]}"
+            )
+    return per_rank[0]
+
+
+# --------------------------------------------------------------------------
+# Rank side: runs in each launched process (python -m explainers.precision_fsdp).
+# --------------------------------------------------------------------------
+
+
+def _dtypes(x: Any) -> list[str]:
+    if isinstance(x, torch.Tensor):
+        return [str(x.dtype)]
+    if isinstance(x, (list, tuple)):
+        return [d for item in x for d in _dtypes(item)]
+    return []
+
+
+def _rendezvous(rank: int, world_size: int, d: Path, timeout: float):
+    import datetime
+
+    import torch.distributed as dist
+
+    td = datetime.timedelta(seconds=timeout)
+    port_file = d / "port"
+    if rank == 0:
+        # Port 0: the OS picks a free port and the store reports it, so no other
+        # process can take the port between choosing and binding it.
+        # wait_for_workers=False, or the constructor would block until the
+        # others join, before they could read the port.
+        store = dist.TCPStore("127.0.0.1", 0, world_size, True, td, wait_for_workers=False)
+        tmp = d / "port.tmp"
+        tmp.write_text(str(store.port))
+        tmp.replace(port_file)  # atomic: a reader never sees half a number
+    else:
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank}: rank 0 published no port in {timeout:g} s")
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        store = dist.TCPStore("127.0.0.1", port, world_size, False, td)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=td)
+    return store
+
+
+def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -> dict[str, Any]:
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    events: list[dict[str, Any]] = []
+
+    class Collect(TorchDispatchMode):
+        """Logs, in order, every c10d and fsdp op and every in-place division."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            ns = func.namespace
+            if ns in ("c10d", "fsdp"):
+                events.append({"kind": ns, "name": str(func), "dtypes": _dtypes(list(args))})
+            elif func in (torch.ops.aten.div_.Scalar, torch.ops.aten.div_.Tensor):
+                divisor = args[1]
+                events.append(
+                    {
+                        "kind": "div_",
+                        "storage": args[0].untyped_storage().data_ptr(),
+                        "divisor": float(divisor),
+                    }
+                )
+            return func(*args, **kwargs)
+
+    # FSDP2 (torch 2.14.1, _fsdp_collectives.py) looks these up on the
+    # torch.distributed module at call time (`dist.reduce_scatter_single(...)`,
+    # `dist.all_reduce(...)`), so wrapping the module attributes sees the exact
+    # tensors and ReduceOp it passes.  The dispatcher log above shows what then
+    # reached the c10d op that gloo runs.
+    depth = [0]
+    calls: list[dict[str, Any]] = []
+
+    def wrap(name: str, fn):
+        def wrapper(*args, **kwargs):
+            if depth[0]:  # a wrapped API calling another: record the outermost call only
+                return fn(*args, **kwargs)
+            bound = dict(zip(_PARAMS[name], args, strict=False), **kwargs)
+            inp, out = (bound[k] for k in _TENSORS[name])
+            first = len(events)
+            depth[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                calls.append(
+                    {
+                        "entry": f"torch.distributed.{name}",
+                        "event_range": (first, len(events)),
+                        "input": inp,
+                        "output": out,
+                        "op": op_name(bound.get("op", dist.ReduceOp.SUM)),
+                    }
+                )
+
+        return wrapper
+
+    originals = {n: getattr(dist, n) for n in _PARAMS if hasattr(dist, n)}
+    for n, fn in originals.items():
+        setattr(dist, n, wrap(n, fn))
+    try:
+        torch.manual_seed(0)  # the same initial weights on every rank, as FSDP2 expects
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)
+        )
+        orig_dtypes = {str(p.dtype) for p in model.parameters()}
+        reference = _mean_grads_fp64(model, dist.get_world_size())
+        policy = MixedPrecisionPolicy(
+            param_dtype=parse_dtype(param_dtype), reduce_dtype=parse_dtype(reduce_dtype)
+        )
+        fully_shard(model, mp_policy=policy)
+        with Collect():
+            model(_inputs(rank)).float().sum().backward()
+    finally:
+        for n, fn in originals.items():
+            setattr(dist, n, fn)
+
+    def divisions(storage: int, lo: int, hi: int) -> float | None:
+        ds = [
+            e["divisor"]
+            for e in events[lo:hi]
+            if e["kind"] == "div_" and e["storage"] == storage
+        ]
+        if len(ds) > 1:
+            raise RuntimeError(f"more than one in-place division of one buffer: {ds}")
+        return ds[0] if ds else None
+
+    reduce_scatters, all_reduces = [], []
+    claimed: set[int] = set()
+    for i, c in enumerate(calls):
+        lo, hi = c["event_range"]
+        c10d = [
+            {"name": e["name"], "dtypes": e["dtypes"]} for e in events[lo:hi] if e["kind"] == "c10d"
+        ]
+        claimed.update(j for j in range(lo, hi) if events[j]["kind"] == "c10d")
+        inp, out = c.pop("input"), c.pop("output")
+        # A division of the input counts as "pre" if it comes after FSDP2's
+        # copy-in (fsdp::chunk_cat, which fills the buffer) and before the
+        # collective; one of the output, as "post" until the next collective.
+        # Matching by storage address is sound inside these windows, where the
+        # buffers are alive.
+        copy_ins = [j for j in range(lo) if events[j].get("name", "").startswith("fsdp.chunk_cat")]
+        prev_hi = max(copy_ins + [calls[i - 1]["event_range"][1] if i else 0])
+        next_lo = calls[i + 1]["event_range"][0] if i + 1 < len(calls) else len(events)
+        if any(dt != str(inp.dtype) for op in c10d for dt in op["dtypes"]):
+            raise RuntimeError(f"the c10d op saw other dtypes than {c['entry']} got: {c10d}")
+        rec = {
+            "entry": c["entry"],
+            "c10d_ops": c10d,
+            "input_dtype": str(inp.dtype),
+            "output_dtype": str(out.dtype),
+            "op": c["op"],
+            "pre_divide": divisions(inp.untyped_storage().data_ptr(), prev_hi, lo),
+            "post_divide": divisions(out.untyped_storage().data_ptr(), hi, next_lo),
+        }
+        (all_reduces if c["entry"].endswith("all_reduce") else reduce_scatters).append(rec)
+
+    unclaimed = [
+        e["name"]
+        for j, e in enumerate(events)
+        if e["kind"] == "c10d" and j not in claimed and "allgather" not in e["name"]
+    ]
+    if unclaimed:
+        raise RuntimeError(
+            "c10d collectives other than all-gathers reached the dispatcher outside the wrapped "
+            f"torch.distributed functions {sorted(_PARAMS)}: {unclaimed}. FSDP2 in "
+            f"torch {torch.__version__} reduces through another entry point; wrap that one."
+        )
+    if not reduce_scatters:
+        raise RuntimeError("FSDP2 issued no gradient reduce-scatter")
+    rs_dtypes = {r["input_dtype"] for r in reduce_scatters}
+    rs_ops = {r["op"] for r in reduce_scatters}
+    if len(rs_dtypes) != 1 or len(rs_ops) != 1:
+        raise RuntimeError(f"reduce-scatters disagree: {reduce_scatters}")
+    copy_in = [e for e in events if e.get("name", "").startswith("fsdp.chunk_cat")]
+    # chunk_cat(grads, dim, num_chunks, out=buffer): all but the last dtype are the grads'.
+    grad_dtypes = {dt for e in copy_in for dt in e["dtypes"][:-1]}
+    sharded = {str(p.grad.to_local().dtype) for p in model.parameters()}
+    if len(grad_dtypes) != 1 or len(sharded) != 1 or len(orig_dtypes) != 1:
+        raise RuntimeError(f"non-uniform dtypes: grads {grad_dtypes}, sharded .grad {sharded}")
+    # The value check: the reduced gradient is the ranks' mean (AVG), not their
+    # sum, to within the rounding of bf16/fp16 compute and communication.
+    worst = 0.0
+    for name, p in model.named_parameters():
+        full = p.grad.full_tensor().double()  # an all-gather, after the wrappers are gone
+        ref = reference[name]
+        worst = max(worst, float((full - ref).norm() / ref.norm()))
+    all_gathers = sorted(
+        {dt for e in events if e["kind"] == "c10d" and "allgather" in e["name"] for dt in e["dtypes"]}
+    )
+    return {
+        "torch_version": torch.__version__,
+        "backend": dist.get_backend(),
+        "device": "cpu",
+        "world_size": dist.get_world_size(),
+        "param_dtype": param_dtype,
+        "reduce_dtype": reduce_dtype,
+        "orig_dtype": orig_dtypes.pop(),
+        "all_gather_dtypes": all_gathers,
+        "unsharded_grad_dtype": grad_dtypes.pop(),
+        "reduce_scatters": reduce_scatters,
+        "all_reduces": all_reduces,
+        "reduce_scatter_dtype": rs_dtypes.pop(),
+        "reduce_op": rs_ops.pop(),
+        "sharded_grad_dtype": sharded.pop(),
+        "grad_is_rank_mean": worst < _MEAN_RTOL,
+    }
+
+
+# Relative error allowed between FSDP2's reduced gradient and the fp64 mean of
+# the ranks' gradients.  bf16 compute leaves about 1e-2; a SUM instead of a mean
+# would be off by 1 - 1/world_size >= 0.5.
+_MEAN_RTOL = 0.1
+
+
+def _inputs(rank: int) -> torch.Tensor:
+    # A different batch per rank, so the reduction has different values to combine.
+    return torch.randn(4, 8, generator=torch.Generator().manual_seed(1 + rank))
+
+
+def _mean_grads_fp64(model: torch.nn.Module, world_size: int) -> dict[str, torch.Tensor]:
+    """Mean over all ranks' batches of the gradients of an fp64 copy of ``model``."""
+    import copy
+
+    ref = copy.deepcopy(model).double()
+    for r in range(world_size):
+        ref(_inputs(r).double()).sum().backward()
+    return {n: p.grad / world_size for n, p in ref.named_parameters()}
+
+
+# Positional parameter names of the wrapped functions (output tensor first for
+# reduce_scatter_single, as in torch 2.14.1's distributed_c10d.py).
+_PARAMS = {
+    "reduce_scatter_single": ("output", "input", "op", "group", "async_op"),
+    "reduce_scatter_tensor": ("output", "input", "op", "group", "async_op"),
+    "all_reduce": ("tensor", "op", "group", "async_op"),
+}
+# Which of those are the (input, output) of the reduction; all_reduce works in place.
+_TENSORS = {
+    "reduce_scatter_single": ("input", "output"),
+    "reduce_scatter_tensor": ("input", "output"),
+    "all_reduce": ("tensor", "tensor"),
+}
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m explainers.precision_fsdp",
+        description="One rank of fsdp_reduce_dtypes(); without --rank, run the demo.",
+    )
+    parser.add_argument("--rank", type=int)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--dir", type=Path, help="rendezvous/results directory")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    if args.rank is None:  # a person running the module: show both policies
+        pairs = [(torch.bfloat16, None), (torch.bfloat16, torch.float32)]
+        for r in fsdp_reduce_dtypes_many(pairs, args.world_size, timeout=args.timeout):
+            print(json.dumps(r, indent=1))
+        return 0
+
+    import torch.distributed as dist
+
+    specs = json.loads((args.dir / "policies.json").read_text())
+    _rendezvous(args.rank, args.world_size, args.dir, args.timeout)
+    try:
+        results = [_observe_one(p, r, args.rank) for p, r in specs]
+        dist.barrier()  # rank 0 owns the store: nobody leaves while others still need it
+    finally:
+        dist.destroy_process_group()
+    out = args.dir / f"rank{args.rank}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results))
+    tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

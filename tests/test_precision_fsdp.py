@@ -1,0 +1,196 @@
+"""FSDP2's gradient reduction dtype and op, observed on a real 2-rank gloo world on CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+
+import pytest
+import torch
+from torch.distributed import ReduceOp
+
+from explainers.precision_fsdp import (
+    dtype_name,
+    fsdp_reduce_dtypes,
+    fsdp_reduce_dtypes_many,
+    op_name,
+    parse_dtype,
+)
+
+BF16, FP16, FP32 = "torch.bfloat16", "torch.float16", "torch.float32"
+
+
+@contextlib.contextmanager
+def _capture_everything():
+    """Collect what this process writes to stdout/stderr, by fd and by sys.std*."""
+    got = {}
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as f, io.StringIO() as py:
+        old = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = py
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield got
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sys.stdout, sys.stderr = old
+            f.seek(0)
+            got["fd"], got["sys"] = f.read().decode(errors="replace"), py.getvalue()
+
+
+@pytest.fixture(scope="module")
+def launch():
+    """One launch, four policies: bf16 compute with reduce_dtype None / fp32 / fp16; all fp32."""
+    with _capture_everything() as written:
+        results = fsdp_reduce_dtypes_many(
+            [
+                (torch.bfloat16, None),
+                (torch.bfloat16, torch.float32),
+                (torch.bfloat16, torch.float16),
+                (torch.float32, None),
+            ],
+            timeout=420,  # ~15 s idle; minutes on a loaded 2-core box
+        )
+    return results, written
+
+
+@pytest.fixture(scope="module")
+def observed(launch):
+    return launch[0]
+
+
+def _common(r):
+    assert r["backend"] == "gloo" and r["device"] == "cpu" and r["world_size"] == 2
+    assert r["param_dtype"] == BF16 and r["orig_dtype"] == FP32
+    # The parameters are all-gathered, and the gradients computed, in param_dtype.
+    assert r["all_gather_dtypes"] == [BF16]
+    assert r["unsharded_grad_dtype"] == BF16
+    assert len(r["reduce_scatters"]) == 1, "fully_shard on the root alone: one group"
+    assert r["all_reduces"] == [], "plain FSDP (no HSDP) issues no gradient all-reduce"
+    rs = r["reduce_scatters"][0]
+    assert rs["entry"] == "torch.distributed.reduce_scatter_single"
+    # What reached the c10d dispatcher carries the same dtype as the Python call.
+    assert [op["name"] for op in rs["c10d_ops"]] == ["c10d._reduce_scatter_base_.default"]
+    assert set(rs["c10d_ops"][0]["dtypes"]) == {rs["input_dtype"]}
+    assert rs["output_dtype"] == rs["input_dtype"] == r["reduce_scatter_dtype"]
+    # The sharded .grad is the parameters' dtype, and really the ranks' mean.
+    assert r["sharded_grad_dtype"] == FP32
+    assert r["grad_is_rank_mean"] is True
+
+
+@pytest.mark.slow
+def test_reduce_dtype_none_reduces_in_bf16_on_2_14(observed):
+    r = observed[0]
+    if not r["torch_version"].startswith("2.14."):
+        pytest.skip(f"expectations are torch 2.14's; ran {r['torch_version']}")
+    _common(r)
+    assert r["reduce_dtype"] is None
+    # torch 2.14.1: reduce_dtype=None reduces in the gradient's dtype, bf16.
+    assert r["reduce_scatter_dtype"] == BF16
+    assert r["reduce_op"] == "AVG"
+    rs = r["reduce_scatters"][0]
+    assert rs["pre_divide"] is None and rs["post_divide"] is None
+
+
+@pytest.mark.slow
+def test_reduce_dtype_fp32_reduces_in_fp32(observed):
+    r = observed[1]
+    _common(r)
+    assert r["reduce_dtype"] == FP32
+    assert r["reduce_scatter_dtype"] == FP32
+    assert r["reduce_op"] == "AVG"
+
+
+@pytest.mark.slow
+def test_reduce_dtype_fp16_sums_after_dividing(observed):
+    # fp16 risks overflow: FSDP2 divides before a SUM instead of using AVG.
+    r = observed[2]
+    _common(r)
+    assert r["reduce_scatter_dtype"] == FP16
+    assert r["reduce_op"] == "SUM"
+    rs = r["reduce_scatters"][0]
+    assert rs["pre_divide"] == 2.0 and rs["post_divide"] is None
+
+
+@pytest.mark.slow
+def test_parent_writes_nothing(launch):
+    assert launch[1] == {"fd": "", "sys": ""}, "the ranks' output must be captured, never printed"
+
+
+@pytest.mark.slow
+def test_no_mixed_precision_stays_fp32(observed):
+    r = observed[3]
+    # param_dtype equal to the parameters' dtype: no mixed precision, all fp32.
+    assert r["param_dtype"] == FP32 and r["reduce_dtype"] is None
+    assert r["all_gather_dtypes"] == [FP32] and r["unsharded_grad_dtype"] == FP32
+    assert r["reduce_scatter_dtype"] == FP32 and r["sharded_grad_dtype"] == FP32
+    assert r["reduce_op"] == "AVG" and r["grad_is_rank_mean"] is True
+
+
+@pytest.mark.slow
+def test_timeout_kills_the_ranks():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish in 0.5 s"):
+        fsdp_reduce_dtypes(timeout=0.5)
+    assert time.monotonic() - start < 30
+
+
+def test_failing_rank_is_reported(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'no torch here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"(?s)FSDP2 rank failed.*rank 1 \(exit 3\).*no torch"):
+        fsdp_reduce_dtypes(python=fake)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"world_size": 1}, ValueError, "at least 2"),
+        ({"world_size": True}, TypeError, "world_size must be an int"),
+        ({"world_size": 2.0}, TypeError, "world_size must be an int"),
+        ({"world_size": 9}, ValueError, "at most 8"),
+        ({"param_dtype": "bf16"}, TypeError, "param_dtype must be a torch.dtype or None, got str"),
+        ({"reduce_dtype": torch.int32}, ValueError, "reduce_dtype must be a floating-point"),
+        ({"timeout": 0}, ValueError, "timeout must be a positive"),
+        ({"python": "/nonexistent/python"}, FileNotFoundError, "interpreter not found"),
+    ],
+)
+def test_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        fsdp_reduce_dtypes(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("policies", "exc", "match"),
+    [
+        ([], ValueError, "policies is empty"),
+        ("bf16", TypeError, "sequence of"),
+        ([(torch.bfloat16,)], TypeError, r"policies\[0\] must be a"),
+        ([(None, None), (torch.bfloat16, 3)], TypeError, r"policies\[1\] reduce_dtype"),
+    ],
+)
+def test_bad_policies(policies, exc, match):
+    with pytest.raises(exc, match=match):
+        fsdp_reduce_dtypes_many(policies)
+
+
+def test_helpers():
+    assert dtype_name(torch.bfloat16) == BF16 and dtype_name(None) is None
+    assert parse_dtype(BF16) is torch.bfloat16 and parse_dtype("float32") is torch.float32
+    with pytest.raises(ValueError, match="not a torch dtype name"):
+        parse_dtype("torch.Tensor")  # an attribute of torch, but not a dtype
+    with pytest.raises(TypeError):
+        dtype_name("torch.float32")
+    assert op_name(ReduceOp.AVG) == "AVG"
+    assert op_name(ReduceOp.PREMUL_SUM(0.25)) == "PREMUL_SUM(0.25)"
+    with pytest.raises(TypeError, match="not a torch.distributed.ReduceOp"):
+        op_name("AVG")
