@@ -27,7 +27,22 @@ from explainers.allocator.pyapi import (
     try_record_host_history,
 )
 from explainers.allocator.races import classify, group_by_family, load_sources
-from explainers.allocator.torchpaths import demangle_type, find_torch, instantiated_types
+from explainers.allocator.source import (
+    declared_mutexes,
+    enclosing_function,
+    find_line,
+    find_lines,
+    gated_region,
+    member_accesses,
+)
+from explainers.allocator.torchpaths import (
+    TorchInstall,
+    demangle_type,
+    find_torch,
+    headers_mentioning,
+    instantiated_types,
+    native_dispatch,
+)
 from explainers.allocator.tsan import parse_flag_help, parse_tsan
 
 DATA = Path(__file__).parent / "data" / "tsan"
@@ -191,6 +206,77 @@ def test_lock_order_from_installed_header(torch_install):
     }
     svg = to_svg(order, {"profiling_mutex_": "#fc8"})
     assert svg.count("<rect") == 8 and 'fill="#fc8"' in svg
+
+
+# ---------------------------------------------------------------- header structure
+
+
+def test_mutexes_declared_by_the_installed_header(torch_install):
+    assert declared_mutexes(torch_install.header.read_text()) == {
+        "HostBlock": ["mutex_"],
+        "FreeBlockList": ["mutex_"],
+        "PinnedReserveSegment": ["mutex_"],
+        "HostStatsStaged": ["timing_mutex_"],
+        "HostBlockPool": ["blocks_mutex_", "events_mutex_"],
+        "CachingHostAllocatorImpl": ["instance_mutex_", "profiling_mutex_", "external_registrations_mutex_"],
+    }
+
+
+def test_context_accesses_in_the_installed_header(torch_install):
+    text = torch_install.header.read_text()
+    acc = member_accesses(text, "block->context_when_allocated_", "(block->mutex_);")
+    table = [(a.line, a.kind, a.function, a.locked) for a in acc]
+    assert table == [
+        (359, "write", "allocate", True), (366, "read", "allocate", True),
+        (367, "read", "allocate", False),  # "} else if (... ||" closes the locked block first
+        (373, "write", "allocate", True), (416, "write", "allocate", False),
+        (425, "read", "allocate", False), (447, "read", "free", False),
+        (835, "read", "maybe_cache_block", True), (836, "write", "maybe_cache_block", True),
+        (1155, "read", "getSegments", True),
+    ]
+    assert find_line(text, "add_allocated_block(block, pool);", 400) == 417  # publishes after L416
+
+
+def test_what_record_history_gates(torch_install):
+    text = torch_install.header.read_text()
+    gates = {enclosing_function(text, no)[1]: no for no in find_lines(text, "record_history_.load(")}
+    assert gates == {"allocate": 355, "maybe_cache_block": 820, "record_trace": 1086,
+                     "isHistoryEnabled": 1126, "recordExternalRegister": 1188}
+    assert gated_region(text, 355) == (355, 374)
+    assert gated_region(text, 820) == (820, 837)
+    # Negated early returns gate the rest of their function.
+    assert gated_region(text, 1086) == (1089, 1101)
+    assert gated_region(text, 1188) == (1191, 1210)
+    with pytest.raises(ValueError, match="does not open an if block"):
+        gated_region(text, 1126)
+
+
+def test_record_stream_dispatch_table(torch_install):
+    assert native_dispatch(torch_install, "record_stream") == {
+        "CUDA": "record_stream_cuda", "XPU": "record_stream_xpu"}
+    # A multi-key line and a following entry are parsed too.
+    assert native_dispatch(torch_install, "isposinf")["SparseCsrMeta"] == "isposinf_sparse_csr"
+    with pytest.raises(ValueError, match="no '- func: record_streams\\(' entry"):
+        native_dispatch(torch_install, "record_streams")
+
+
+def test_dispatch_table_without_torchgen(tmp_path):
+    with pytest.raises(TorchHeadersNotFoundError, match="torchgen is not installed"):
+        native_dispatch(TorchInstall(tmp_path / "torch", "2.14.1"), "record_stream")
+
+
+def test_old_record_event_name_only_in_a_comment(torch_install):
+    assert headers_mentioning(torch_install, "THCCachingHostAllocator_recordEvent") == [
+        "ATen/cuda/CachingHostAllocator.h"]
+
+
+def test_header_helpers_reject_bad_input():
+    with pytest.raises(ValueError, match="outside a 1-line file"):
+        enclosing_function("x", 5)
+    with pytest.raises(ValueError, match="non-empty"):
+        member_accesses("x", "x", "")
+    with pytest.raises(ValueError, match="outside any struct"):
+        declared_mutexes("std::mutex m_;")
 
 
 # ---------------------------------------------------------------- errors

@@ -1,7 +1,10 @@
 """The "atomics removed" overlay: re-declare the four atomic fields as plain types.
 
-The shipped header declares four fields ``std::atomic<T>`` because the memory
-snapshot code reads them from threads that do not hold the writer's lock.  The
+The shipped header declares four fields ``std::atomic<T>`` because threads
+that hold no common lock share them: ``getSegments`` (the snapshot) reads a
+block's ``allocated_``, which ``get_free_block`` writes under a different lock,
+and ``recordHistory`` writes the three profiling fields, which the
+``allocate``/``free`` fast paths read with no lock at all.  The
 overlay is a copy of the *installed* header, made at build time, in which
 exactly those four declarations read ``PlainAtomic<T>`` instead.
 ``PlainAtomic`` (defined in ``harness.cpp`` before the include) has
@@ -31,7 +34,7 @@ from .errors import SnapshotCodeMissingError
 __all__ = ["ATOMIC_FIELDS", "PATTERN", "REPLACEMENT", "remove_atomics_line", "remove_atomics",
            "sed_command"]
 
-#: The fields the shipped header declares ``std::atomic`` for the snapshot code's readers.
+#: The fields the shipped header declares ``std::atomic``: threads with no common lock share them.
 ATOMIC_FIELDS = ("allocated_", "record_history_", "context_recorder_", "record_context_")
 
 #: ``std::atomic<T> field{`` for one of the four fields (POSIX ERE and Python alike).

@@ -29,7 +29,10 @@ __all__ = [
     "libraries_instantiating",
     "instantiated_types",
     "demangle_type",
+    "native_dispatch",
+    "headers_mentioning",
     "HEADER_RELPATH",
+    "NATIVE_FUNCTIONS_RELPATH",
     "SNAPSHOT_MARKERS",
 ]
 
@@ -44,6 +47,9 @@ SNAPSHOT_MARKERS = (
     "void recordHistory(",
     "c10::RingBuffer<TraceEntry> trace_buffer_;",
 )
+
+#: The operator schema file, below the ``torchgen`` package that the torch wheel also installs.
+NATIVE_FUNCTIONS_RELPATH = "torchgen/packaged/ATen/native/native_functions.yaml"
 
 _INSTALL_HINT = "install the pinned version: pip install torch==2.14.1"
 
@@ -71,6 +77,11 @@ class TorchInstall:
     @property
     def header(self) -> Path:
         return self.include / HEADER_RELPATH
+
+    @property
+    def native_functions(self) -> Path:
+        """``native_functions.yaml`` of the ``torchgen`` package installed next to torch."""
+        return self.root.parent / NATIVE_FUNCTIONS_RELPATH
 
 
 def _read_version(root: Path) -> str:
@@ -190,3 +201,59 @@ def demangle_type(mangled: str) -> str:
         return mangled
     out = subprocess.run([tool, "-t", mangled], capture_output=True, text=True, timeout=30)
     return out.stdout.strip() or mangled
+
+
+def native_dispatch(torch: TorchInstall, name: str) -> dict[str, str]:
+    """The ``dispatch:`` table of operator *name* in ``native_functions.yaml``: key -> kernel.
+
+    Reads the entry as text (the file is large and its entries are regular),
+    so no YAML parser is needed: the ``- func: name(`` line, then the
+    ``dispatch:`` block's ``KEY[, KEY...]: kernel`` lines up to the next entry.
+
+    >>> native_dispatch(find_torch(), "record_stream")["CUDA"]
+    'record_stream_cuda'
+    >>> native_dispatch(find_torch(), "no_such_op")
+    Traceback (most recent call last):
+    ...
+    ValueError: native_functions.yaml has no '- func: no_such_op(' entry
+    """
+    path = torch.native_functions
+    if not path.is_file():
+        raise TorchHeadersNotFoundError(f"{path} does not exist: torchgen is not installed next to torch; "
+                                        f"{_INSTALL_HINT}")
+    lines = path.read_text().splitlines()
+    head = f"- func: {name}("
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(head)), None)
+    if start is None:
+        raise ValueError(f"native_functions.yaml has no {head!r} entry")
+    table: dict[str, str] = {}
+    in_dispatch = False
+    for ln in lines[start + 1:]:
+        if ln.startswith("- func:"):
+            break
+        if ln.strip() == "dispatch:":
+            in_dispatch = True
+        elif in_dispatch and ln.startswith("    ") and ":" in ln:
+            keys, kernel = ln.strip().split(":", 1)
+            for key in keys.split(","):
+                table[key.strip()] = kernel.strip()
+        elif ln.strip():
+            in_dispatch = False
+    return table
+
+
+def headers_mentioning(torch: TorchInstall, needle: str) -> list[str]:
+    """The installed headers (paths below ``include/``) whose text contains *needle*.
+
+    >>> headers_mentioning(find_torch(), "struct HostBlock {")
+    ['ATen/core/CachingHostAllocator.h']
+    >>> headers_mentioning(find_torch(), "")
+    Traceback (most recent call last):
+    ...
+    ValueError: needle must be non-empty
+    """
+    if not needle:
+        raise ValueError("needle must be non-empty")
+    raw = needle.encode()
+    return sorted(str(p.relative_to(torch.include)) for p in torch.include.rglob("*")
+                  if p.is_file() and raw in p.read_bytes())
