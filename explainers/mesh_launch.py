@@ -10,7 +10,6 @@ returns how each rank ended, including ranks that died inside a collective.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # mesh_run is the script torchrun launches: imported so that the docs' dependency
@@ -64,9 +63,6 @@ class RealRun:
     wall_s: float  # the whole launch: interpreters, imports, rendezvous, walkthrough, probes
     walkthrough_s: float  # the slowest rank's walkthrough() call alone
     nproc: int
-    when: str = ""  # UTC time of the launch
-    by: str = ""  # who launched it: "test" or "page"
-    cpus: int = 0  # os.cpu_count() of the machine it ran on
     probes: list[GatherProbe] = field(default_factory=list)  # every rank merged in
     fsdp: FsdpLayout | None = None  # every rank's rows merged in
 
@@ -80,9 +76,6 @@ class VerbatimRun:
     ended: dict[int, dict]  # rank -> {"values": ...} or {"error": type, "message": ...}
     gloo: list[str]  # the launcher output lines in which gloo refused a message
     exitcodes: dict[int, int] = field(default_factory=dict)  # failed ranks, from the summary
-    when: str = ""
-    by: str = ""
-    cpus: int = 0
 
     def last_line(self, rank: int) -> str | None:
         """The label of the last fragment line ``rank`` started, e.g. ``"unshard N"``."""
@@ -143,10 +136,6 @@ def failed_ranks(output: str) -> dict[int, int]:
     return {int(r): int(c) for r, c in _FAILURE.findall(output)}
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> RealRun:
     """Run :func:`explainers.mesh.walkthrough` and the page's probes on ``nproc`` real gloo
     processes.
@@ -177,8 +166,6 @@ def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> Re
         wall_s=wall,
         walkthrough_s=max(p["seconds"] for p in payloads),
         nproc=nproc,
-        when=_now(),
-        cpus=os.cpu_count() or 0,
         probes=merge_probes([[GatherProbe.from_dict(d) for d in p["probes"]] for p in payloads]),
         fsdp=FsdpLayout(
             layouts[0].placements,
@@ -219,8 +206,6 @@ def launch_verbatim(numel: int, nproc: int = 8, timeout: float = 300.0) -> Verba
         ended=ended,
         gloo=gloo,
         exitcodes=failed_ranks(output),
-        when=_now(),
-        cpus=os.cpu_count() or 0,
     )
 
 
@@ -268,7 +253,7 @@ def save_record(run: RealRun, numel: int) -> Path:
         "steps": [s.to_dict() for s in run.steps],
         "probes": [p.to_dict() for p in run.probes],
         "fsdp": None if run.fsdp is None else run.fsdp.to_dict(),
-        **{k: getattr(run, k) for k in ("wall_s", "walkthrough_s", "nproc", "when", "by", "cpus")},
+        **{k: getattr(run, k) for k in ("wall_s", "walkthrough_s", "nproc")},
     }
     return _store("walkthrough", numel, data)
 
@@ -281,11 +266,10 @@ def save_verbatim(run: VerbatimRun, numel: int) -> Path:
 def real_run(numel: int, timeout: float = 300.0) -> RealRun:
     """The real 8-process walkthrough for ``numel``: stored, or launched now.
 
-    The comparison test launches the run and stores it (``by="test"``).  A
-    page calls this to reuse that run when nothing it depends on has changed
-    (same :func:`record_key`: the walkthrough's code, torch, Python, the size);
-    otherwise it launches one itself (``by="page"``, about 30 s on 2 cores)
-    and stores it.  Records live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default
+    The comparison test launches the run and stores it.  A page calls this
+    to reuse that run when nothing it depends on has changed (same
+    :func:`record_key`: the walkthrough's code, torch, Python, the size);
+    otherwise it launches one itself (about 30 s on 2 cores) and stores it.  Records live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default
     ``~/.cache/torch-explainers/mesh-runs``.
     """
     data = _stored("walkthrough", numel)
@@ -297,7 +281,7 @@ def real_run(numel: int, timeout: float = 300.0) -> RealRun:
             fsdp=None if fsdp is None else FsdpLayout.from_dict(fsdp),
             **data,
         )
-    run = replace(launch_walkthrough(numel, timeout=timeout), by="page")
+    run = launch_walkthrough(numel, timeout=timeout)
     save_record(run, numel)
     return run
 
@@ -305,7 +289,7 @@ def real_run(numel: int, timeout: float = 300.0) -> RealRun:
 def real_verbatim(numel: int, timeout: float = 300.0) -> VerbatimRun:
     """The real 8-process run of the fragment as written: stored, or launched now.
 
-    Stored and reused like :func:`real_run` (the test stores it with ``by="test"``).
+    Stored and reused like :func:`real_run` (the comparison test stores it).
     """
     data = _stored("verbatim", numel)
     if data is not None:
@@ -313,6 +297,6 @@ def real_verbatim(numel: int, timeout: float = 300.0) -> VerbatimRun:
         data["ended"] = {int(r): v for r, v in data["ended"].items()}
         data["exitcodes"] = {int(r): v for r, v in data["exitcodes"].items()}
         return VerbatimRun(**data)
-    run = replace(launch_verbatim(numel, timeout=timeout), by="page")
+    run = launch_verbatim(numel, timeout=timeout)
     save_verbatim(run, numel)
     return run

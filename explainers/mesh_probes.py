@@ -23,14 +23,18 @@ __all__ = [
     "FsdpLayout",
     "GatherProbe",
     "SimulationTrace",
+    "SweepPoint",
     "fragment_code",
     "fsdp_tp_layout",
     "gather_probes",
     "merge_probes",
+    "padded_gather",
     "planned_mesh_dims",
+    "replaced_functions",
     "run_fragment",
     "simulation_trace",
     "torch_excerpt",
+    "uneven_gather_sweep",
 ]
 
 
@@ -112,6 +116,37 @@ def simulation_trace() -> Iterator[SimulationTrace]:
         trace.cached_plans = (after.hits - before.hits) + (after.misses - before.misses)
         # A cache miss calls _gen_transform_infos_non_cached too; count only the direct calls.
         trace.uncached_plans = plans["non_cached"] - (after.misses - before.misses)
+
+
+def replaced_functions() -> dict[str, str]:
+    """What each function that ``LocalTensorMode`` replaces while active is right now:
+    ``{"DeviceMesh.get_rank": "DeviceMesh.get_rank", ...}`` (name -> ``__qualname__``).
+
+    The names are read from ``torch.distributed._local_tensor`` (torch 2.14.1: the
+    private tuples ``_PATCHED_DEVICE_MESH_METHODS``, ``_PATCHED_DIST_FUNCTIONS`` and
+    ``_PATCHED_RANDOM_FUNCTIONS``), so a torch that patches more shows more.  Inside a
+    simulated world the values name the per-rank versions (``_LocalDeviceMesh...``).
+
+    >>> from explainers.mesh import simulated_world
+    >>> with simulated_world(2):
+    ...     inside = replaced_functions()
+    >>> inside["torch.distributed.get_rank"], replaced_functions()["torch.distributed.get_rank"]
+    ('_LocalDist.get_rank', 'get_rank')
+    """
+    import importlib
+
+    import torch.distributed as dist
+    import torch.distributed._local_tensor as lt
+    from torch.distributed.device_mesh import DeviceMesh
+
+    out = {f"DeviceMesh.{n}": getattr(DeviceMesh, n).__qualname__
+           for n in lt._PATCHED_DEVICE_MESH_METHODS}  # fmt: skip
+    out.update({f"torch.distributed.{n}": getattr(dist, n).__qualname__
+                for n in lt._PATCHED_DIST_FUNCTIONS})  # fmt: skip
+    for name, _ in lt._PATCHED_RANDOM_FUNCTIONS:
+        module, attr = name.rsplit(".", 1)
+        out[name] = getattr(importlib.import_module(module), attr).__qualname__
+    return out
 
 
 # -- the fragment, verbatim ----------------------------------------------------------------
@@ -271,6 +306,92 @@ def gather_probes(mesh: Any) -> list[GatherProbe]:
     return probes
 
 
+def padded_gather(sizes: Sequence[int], numel: int) -> list[int]:
+    """What one all-gather of ``arange(numel)`` cut into pieces of ``sizes`` returns, done
+    the way ``Shard._to_replicate_tensor`` does it over a (flattened) mesh of
+    ``len(sizes)`` ranks: each piece padded with zeros to ``ceil(numel / len(sizes))``,
+    the pieces concatenated in rank order, and the tail cut to ``numel`` elements.
+
+    Right only when every short piece comes after all the full ones:
+
+    >>> padded_gather([2, 2, 2, 1], 7)      # torch.chunk(7, 4): right
+    [0, 1, 2, 3, 4, 5, 6]
+    >>> padded_gather([2, 1, 2, 2], 7)      # a short piece in the middle: a zero stays
+    [0, 1, 2, 0, 3, 4, 5]
+    """
+    sizes = [int(n) for n in sizes]
+    if not sizes or any(n < 0 for n in sizes) or sum(sizes) != numel:
+        raise ValueError(f"piece sizes {sizes} must be non-negative and add up to {numel}")
+    full = -(-numel // len(sizes))
+    if max(sizes) > full:
+        raise ValueError(f"piece sizes {sizes}: none may exceed ceil({numel} / {len(sizes)})")
+    out, start = [], 0
+    for n in sizes:
+        out += list(range(start, start + n)) + [0] * (full - n)
+        start += n
+    return out[:numel]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """``[S(0), S(0), S(0)]`` of ``numel`` elements gathered to ``[R, R, R]`` on a flattened
+    mesh: each rank's piece before, the collectives, and what every rank held after."""
+
+    numel: int
+    sizes: tuple[int, ...]  # local sizes before the gather, by rank
+    comms: dict[str, int]
+    held: tuple[tuple[int, ...], ...]  # by rank, after
+
+    @property
+    def correct(self) -> bool:
+        """Every rank holds ``0 .. numel-1`` in order."""
+        return all(list(h) == list(range(self.numel)) for h in self.held)
+
+
+def uneven_gather_sweep(mesh: Any, sizes: Sequence[int]) -> list[SweepPoint]:
+    """For each ``numel`` in ``sizes``, redistribute ``[S(0), S(0), S(0)]`` to ``[R, R, R]``
+    on ``mesh`` (2x2x2, dims ``m``, ``n``, ``k``) once ``mesh["m", "n", "k"]`` has a
+    flattened mesh, so that DTensor may merge the three all-gathers into one.
+
+    Creates the flattened dim ``"mnk"`` if it is missing; it stays on ``mesh``.
+
+    >>> from explainers.mesh import simulated_mesh
+    >>> with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    ...     [(p.numel, p.sizes, p.correct) for p in uneven_gather_sweep(mesh, [15, 13])]
+    [(15, (2, 2, 2, 2, 2, 2, 2, 1), True), (13, (2, 2, 2, 1, 2, 1, 2, 1), False)]
+    """
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from explainers.mesh import redistribute_log
+    from explainers.render import arange_nd
+
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
+        raise ValueError(
+            "uneven_gather_sweep needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
+            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
+        )
+    if FLAT not in (mesh._flatten_mapping or {}):
+        mesh["m", "n", "k"]._flatten(FLAT)
+    points = []
+    for numel in sizes:
+        _check_numel(numel)
+        # redistribute_log: keep whatever DTensor logs off stderr; the merged gather logs nothing.
+        with redistribute_log():
+            x = distribute_tensor(arange_nd(numel), mesh, [Shard(0)] * 3, src_data_rank=None)
+            before = rank_states(x, mesh)
+            log: list = []
+            after = rank_states(redistribute(x, [Replicate()] * 3, log), mesh)
+        points.append(
+            SweepPoint(
+                numel=numel,
+                sizes=tuple(r.shape[0] for r in before),
+                comms=log[0].comms,
+                held=tuple(tuple(r.values) for r in after),
+            )
+        )
+    return points
+
+
 def planned_mesh_dims(x: Any, placements: Sequence[Any]) -> tuple[int, ...]:
     """The mesh dims of the steps DTensor's planner makes for ``x -> placements``, in order,
     before ``_optimize_transform_infos`` merges any of them.
@@ -344,9 +465,12 @@ def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
     """Shard a ``Linear(2, rows)`` with tensor parallelism on ``mesh["tp"]``, then FSDP2 on
     ``mesh["dp"]``, and report where its weight rows went.
 
-    ``mesh`` is a 2-D mesh named ``("dp", "tp")`` under a *real* process group: FSDP2
-    takes this rank's shard index from ``ProcessGroup.rank()``, which a simulated world
-    does not make per-rank.  Row ``i`` of the weight holds the value ``i``.
+    ``mesh`` is a 2-D mesh named ``("dp", "tp")``.  Row ``i`` of the weight holds the
+    value ``i``.  Under a real process group the result holds this rank's rows.  In a
+    simulated world it holds every rank's rows, and they are wrong: FSDP2 takes a rank's
+    shard index from ``ProcessGroup.rank()``, which the ``fake`` backend answers with one
+    plain ``0`` for every simulated rank (torch 2.14.1), so every ``dp`` rank keeps the
+    chunk of ``dp = 0``.
     """
     import torch
     import torch.distributed as dist
@@ -361,11 +485,18 @@ def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
         lin.weight.copy_(torch.arange(rows, dtype=lin.weight.dtype).unsqueeze(1).expand(rows, 2))
     parallelize_module(lin, mesh["tp"], ColwiseParallel())
     fully_shard(lin, mesh=mesh["dp"])
+    from torch.distributed._local_tensor import LocalTensor
+
     with torch.no_grad():
         local = lin.weight.to_local()
+    per_rank = (
+        dict(sorted(local._local_tensors.items()))
+        if isinstance(local, LocalTensor)
+        else {dist.get_rank(): local}
+    )
     return FsdpLayout(
         placements=tuple(_placement_str(p) for p in lin.weight.placements),
-        rows={dist.get_rank(): [int(v) for v in local[:, 0].tolist()]},
+        rows={int(r): [int(v) for v in t[:, 0].tolist()] for r, t in per_rank.items()},
     )
 
 

@@ -115,9 +115,6 @@ NONDETERMINISTIC = [
      "MyST-NB's execution table: method (cache or executed), time and run time per page"),
     ("*.html", r"(?<![\w.])[\d.]+(?:</span>)?\s*(?:s|ms|µs|us)\b",
      "measured wall-clock durations: any number directly followed by a time unit"),
-    ("mesh.html", r"\(launched by the \w+, \d+ CPUs\)",
-     "which real 8-process run the page reused: the one the test suite stored, or one the "
-     "page launched itself when no stored run matched (explainers.mesh_launch.real_run)"),
     ("allocator.html", r"<table class=\"table\">.*?</table>|<div class=\"cell_output[^\"]*\">.*?</pre>",
      "ThreadSanitizer's findings depend on thread scheduling: which access of a racing pair is "
      "reported first, pids, addresses, iteration and snapshot counts; the page's tables and "

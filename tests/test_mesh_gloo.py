@@ -1,7 +1,5 @@
 """The simulated walkthrough and probes against 8 real gloo processes (torchrun), per rank."""
 
-from dataclasses import replace
-
 import pytest
 import torch
 from torch.distributed.tensor import Shard, distribute_tensor
@@ -54,7 +52,7 @@ def test_simulated_matches_real_gloo(numel):
     assert real.fsdp.placements == ("_S(0, sf=2)", "S(0)")
     assert real.fsdp.rows == {s.rank: [row[0] for row in s.values] for s in strided.ranks}
     # Keep the verified run for the page (see explainers.mesh_launch.real_run).
-    save_record(replace(real, by="test"), numel)
+    save_record(real, numel)
     assert real_run(numel).steps == real.steps
     assert real_run(numel).probes == real.probes and real_run(numel).fsdp == real.fsdp
 
@@ -73,5 +71,5 @@ def test_fragment_as_written_fails_in_unshard_n_on_real_gloo():
     # every rank got past "shard N" (line 2).
     assert all(e.get("error") != "TypeError" for e in run.ended.values())
     assert all(max(lines) >= 3 for lines in run.started.values())
-    save_verbatim(replace(run, by="test"), 15)
+    save_verbatim(run, 15)
     assert real_verbatim(15).started == run.started

@@ -125,3 +125,52 @@ def test_fsdp_layout_refuses_other_meshes():
         from explainers.mesh import make_mesh
 
         fsdp_tp_layout(make_mesh((2,), ("x",)))
+
+
+def test_replaced_functions_inside_and_after():
+    from explainers.mesh_probes import replaced_functions
+
+    before = replaced_functions()
+    with simulated_world(2):
+        inside = replaced_functions()
+    assert replaced_functions() == before
+    assert inside["DeviceMesh._sym_get_coordinate"] == "_LocalDeviceMesh._sym_get_coordinate"
+    assert inside["torch.manual_seed"] == "_LocalRandom.torch_manual_seed"
+    assert not any(q.startswith("_Local") for q in before.values())
+
+
+def test_padded_gather():
+    from explainers.mesh_probes import padded_gather
+
+    assert padded_gather([2, 2, 2, 1, 2, 1, 2, 1], 13) == [0, 1, 2, 3, 4, 5, 6, 0, 7, 8, 9, 0, 10]
+    assert padded_gather([1, 0, 1, 0], 2) == [0, 0]
+    assert padded_gather([2, 2, 2, 2, 2, 2, 2, 1], 15) == list(range(15))
+    with pytest.raises(ValueError, match="add up to 5"):
+        padded_gather([2, 2], 5)
+    with pytest.raises(ValueError, match="none may exceed"):
+        padded_gather([3, 1], 4)
+    with pytest.raises(ValueError, match="non-negative"):
+        padded_gather([], 0)
+
+
+def test_uneven_gather_sweep(probes):
+    from explainers.mesh_probes import uneven_gather_sweep
+
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        sweep = uneven_gather_sweep(mesh, [8, 12, 13])
+    assert [p.correct for p in sweep] == [True, False, False]
+    assert all(p.comms == {"all_gather_into_tensor": 1} for p in sweep)
+    # The 13-element point is the fourth gather probe, rank by rank.
+    assert [list(h) for h in sweep[2].held] == [r.values for r in probes[3].ranks]
+    with simulated_mesh((2, 4), ("m", "n")) as mesh, pytest.raises(ValueError, match="2x2x2"):
+        uneven_gather_sweep(mesh, [8])
+
+
+def test_fsdp_layout_simulated_keeps_dp_zero_rows():
+    from explainers.mesh_probes import fsdp_tp_layout
+
+    with simulated_mesh((4, 2), ("dp", "tp")) as mesh:
+        layout = fsdp_tp_layout(mesh)
+    assert layout.placements == ("_S(0, sf=2)", "S(0)")
+    # ProcessGroup.rank() is 0 for every simulated rank: every dp rank keeps dp 0's rows.
+    assert layout.rows == {r: [0, 1] if r % 2 == 0 else [8, 9] for r in range(8)}
