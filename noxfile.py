@@ -7,11 +7,14 @@
     nox -s browser   the built site in Debian's Chromium: themes, a11y, offline, copy, search, mobile
     nox -s docs-live rebuild on change while you write (not a default session)
 
-All sessions share one Python environment per machine (torch is ~5 GB), at
-$TORCH_EXPLAINERS_ENV or ~/.cache/torch-explainers/env.  It is created with
-pip (the torch wheel is served from the local index; uv and poetry would
-download several GB) and updated only when pyproject.toml's dependencies or
-constraints.txt change.
+Every page is verified on each torch release in `explainers/releases.py`
+(newest first; the first is the primary, which builds the published site).
+Each release has one Python environment per machine (torch is ~5 GB), at
+$TORCH_EXPLAINERS_CACHE/env-<release> (default ~/.cache/torch-explainers),
+created with pip and updated only when pyproject.toml's dependencies or
+constraints.txt change.  `nox -s docs` builds with the primary release only;
+`nox -s docs -- --all-releases` (and `nox -s tests`, which CI runs) first
+executes every page on the other releases too.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from explainers import releases  # noqa: E402
 from explainers.build import build_site as staged_build  # noqa: E402
 from explainers.build import sphinx_command  # noqa: E402
 
@@ -37,8 +41,12 @@ ROOT = Path(__file__).resolve().parent
 DOCS = ROOT / "docs"
 BUILD = DOCS / "_build"
 SITE = BUILD / "html"
-ENV = Path(os.environ.get("TORCH_EXPLAINERS_ENV", Path.home() / ".cache" / "torch-explainers" / "env"))
-PY = ENV / "bin" / "python"
+# The primary release's environment runs everything but the other releases' page builds.
+PY = releases.env_python(releases.PRIMARY)
+ENV = PY.parents[1]
+# The other releases' builds: executed pages and a record of them, never published.
+RELEASE_BUILDS = BUILD / "releases"
+ALL_RELEASES_FLAG = "--all-releases"
 
 # The browser gate: Debian's chromium (apt, never a Playwright download) and
 # axe-core from npm, installed into a gitignored folder of the checkout.
@@ -57,50 +65,62 @@ RUN_ENV = {
 }
 
 
-def _requirements() -> list[str]:
+def _requirements(release: str = releases.PRIMARY) -> list[str]:
+    """pyproject's dependencies and docs/test extras, with torch pinned to ``release``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = list(project["dependencies"])
+    reqs = [r for r in project["dependencies"] if not r.startswith("torch")] + [f"torch=={release}"]
     for group in ("docs", "test"):
         reqs += project["optional-dependencies"][group]
     return reqs
 
 
-def ensure_env(session: nox.Session) -> None:
-    """Create or update the shared environment when its inputs changed."""
-    reqs = _requirements()
+def ensure_env(session: nox.Session, release: str = releases.PRIMARY) -> None:
+    """Create or update ``release``'s environment when its inputs changed."""
+    py = releases.env_python(release)
+    env = py.parents[1]
+    reqs = _requirements(release)
     key = hashlib.sha256(
         ("\n".join(reqs) + (ROOT / "constraints.txt").read_text() + sys.version).encode()
     ).hexdigest()
-    stamp = ENV / ".torch-explainers-stamp"
-    if PY.exists() and stamp.exists() and stamp.read_text() == key:
+    stamp = env / ".torch-explainers-stamp"
+    if py.exists() and stamp.exists() and stamp.read_text() == key:
         return
-    if not PY.exists():
-        session.log(f"Creating the shared environment at {ENV} (torch is ~5 GB; once per machine)")
-        ENV.parent.mkdir(parents=True, exist_ok=True)
-        session.run(sys.executable, "-m", "venv", str(ENV), external=True)
-        session.run(str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
+    if not py.exists():
+        session.log(f"Creating the environment for torch {release} at {env} (~5 GB; once per machine)")
+        env.parent.mkdir(parents=True, exist_ok=True)
+        session.run(sys.executable, "-m", "venv", str(env), external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
     session.run(
-        str(PY), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), *reqs,
+        str(py), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), *reqs,
         external=True,
     )
     stamp.write_text(key)
 
 
-def _env_identity() -> str:
-    """What the build's output depends on beyond the checkout: every package installed in
-    the shared environment (torch's version among them) and MyST-NB's settings from the
+def _env_identity(release: str = releases.PRIMARY) -> str:
+    """What a build's output depends on beyond the checkout: every package installed in
+    ``release``'s environment (torch's version among them) and MyST-NB's settings from the
     environment (NB_EXECUTION_MODE=force must build)."""
-    packages = sorted(p.name for p in ENV.glob("lib/python*/site-packages/*.dist-info"))
+    py = releases.env_python(release)
+    packages = sorted(p.name for p in py.parents[1].glob("lib/python*/site-packages/*.dist-info"))
     settings = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("NB_"))
-    return "\n".join([str(PY), *packages, *settings])
+    return "\n".join([str(py), *packages, *settings])
 
 
 def run_py(session: nox.Session, *args: str, **kwargs) -> object:
     return session.run(str(PY), *args, env=RUN_ENV, external=True, **kwargs)
 
 
-def build_site(session: nox.Session, extra: list[str]) -> None:
-    """Build into a staging copy of the site; replace the site only on success.
+def release_env(built: tuple[str, ...]) -> dict[str, str]:
+    """What every page build and site check sees: which releases this build verifies,
+    and where the other releases' records are (the Versions page reads them)."""
+    return {"TORCH_EXPLAINERS_VERIFIED_ON": ",".join(built),
+            "TORCH_EXPLAINERS_RELEASE_RECORDS": str(RELEASE_BUILDS)}
+
+
+def build_site(session: nox.Session, extra: list[str], built: tuple[str, ...] = (releases.PRIMARY,)) -> None:
+    """Execute every page on each release in ``built`` (the primary last) and publish the
+    primary's build; replace the site only when every release's build succeeded.
 
     The logic is `explainers.build.build_site`, shared with the fault-injection tests.
     """
@@ -110,10 +130,24 @@ def build_site(session: nox.Session, extra: list[str]) -> None:
     # change that brings a cold build under a minute (bench/results.md).
     if not any(a.startswith(("-j", "--jobs")) for a in extra):
         extra = ["-j", "auto", *extra]
-    result = staged_build(DOCS, PY, extra, env={**os.environ, **RUN_ENV}, skip_unchanged=_env_identity())
+    env = {**os.environ, **RUN_ENV, **release_env(built)}
+    # The other releases first, one after another (each build already uses every core):
+    # the primary's Versions page reports their records.
+    for release in built[1:]:
+        record = RELEASE_BUILDS / release / "record.json"
+        result = staged_build(DOCS, releases.env_python(release), extra, build=RELEASE_BUILDS / release,
+                              env={**env, "TORCH_EXPLAINERS_RECORD": str(record)},
+                              skip_unchanged=_env_identity(release))
+        if not result.ok:
+            session.error(f"torch {release}: {result.message}")
+        session.log(f"torch {release}: {result.message}")
+    records = "".join(p.read_text() for p in sorted(RELEASE_BUILDS.glob("*/record.json"))
+                      if p.parent.name in built)
+    result = staged_build(DOCS, PY, extra, env=env,
+                          skip_unchanged="\n".join([_env_identity(), *built, records]))
     if not result.ok:
-        session.error(result.message)
-    session.log(result.message)
+        session.error(f"torch {releases.PRIMARY}: {result.message}")
+    session.log(f"torch {releases.PRIMARY}: {result.message}")
     session.log(f"View it:    python3 -m http.server --directory {SITE} 8000  ->  http://127.0.0.1:8000/")
 
 
@@ -127,14 +161,21 @@ def docs(session: nox.Session) -> None:
 
     With NB_EXECUTION_MODE=off nothing executes, so the result goes to
     docs/_build/noexec and never replaces the verified site.
+
+    It builds with the primary torch release only (one ~5 GB environment);
+    `nox -s docs -- --all-releases` first executes every page on each other
+    supported release too, and stamps the pages with all of them.
     """
-    ensure_env(session)
+    extra = [a for a in session.posargs if a != ALL_RELEASES_FLAG]
+    built = releases.SUPPORTED if ALL_RELEASES_FLAG in session.posargs else (releases.PRIMARY,)
+    for release in built:
+        ensure_env(session, release)
     if os.environ.get("NB_EXECUTION_MODE") == "off":
         out = BUILD / "noexec"
-        run_py(session, *sphinx_command(PY, DOCS, out / "html", out / "doctrees", session.posargs)[1:])
+        run_py(session, *sphinx_command(PY, DOCS, out / "html", out / "doctrees", extra)[1:])
         session.log(f"Unexecuted preview (not the site): {out / 'html' / 'index.html'}")
         return
-    build_site(session, list(session.posargs))
+    build_site(session, extra, built)
 
 
 @nox.session(name="docs-live", python=False, default=False)
@@ -209,13 +250,16 @@ def browser(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML,
     the browser gate; then the gate's figures."""
-    ensure_env(session)
+    for release in releases.SUPPORTED:
+        ensure_env(session, release)
     run_py(session, str(ROOT / "tests" / "gate_figures.py"), "--reset")
     try:
         run_py(session, "-m", "pytest", "-m", "not site and not browser", *session.posargs)
         doctest(session)
-        build_site(session, [])
-        run_py(session, "-m", "pytest", "-m", "site", "-p", "no:cacheprovider")
+        build_site(session, [], releases.SUPPORTED)
+        # The site checks' clean rebuild must stamp and report the same releases.
+        session.run(str(PY), "-m", "pytest", "-m", "site", "-p", "no:cacheprovider",
+                    env={**RUN_ENV, **release_env(releases.SUPPORTED)}, external=True)
     except nox.command.CommandFailed:
         print_figures(session)
         raise

@@ -299,6 +299,37 @@ def mesh_figures(ctx: Context, numel: int = 15) -> list[Figure]:
     return figs
 
 
+# -- releases ------------------------------------------------------------------------------
+
+
+def releases_figures(ctx: Context) -> list[Figure]:
+    """What verifying every page on the other supported releases costs: a cold
+    `nox -s docs -- --all-releases` against a cold primary-only `nox -s docs`, environments ready."""
+    from explainers.releases import SUPPORTED
+
+    single = Figure("cold_primary", "cold build, primary release only (`nox -s docs`)", "s")
+    every = Figure("cold_all_releases", f"cold build on all {len(SUPPORTED)} releases "
+                   "(`nox -s docs -- --all-releases`)", "s")
+    ratio = Figure("releases_ratio", "all releases ÷ primary only, cold", "×",
+                   ("<=", len(SUPPORTED) + 0.5), f"≤ {len(SUPPORTED) + 0.5}")
+    tree = ctx.tree or Tree(ctx.work / "tree")
+    try:
+        for i in range(ctx.runs):
+            tree.clean()
+            a = tree.nox_docs()
+            tree.clean()
+            b = tree.nox_docs(["--all-releases"])
+            single.samples.append(a.seconds)
+            single.cpu.append(a.cpu)
+            every.samples.append(b.seconds)
+            every.cpu.append(b.cpu)
+            ratio.samples.append(b.seconds / a.seconds)
+            ctx.log(f"[releases] round {i + 1}/{ctx.runs}: primary {a.seconds:.1f} s, all {b.seconds:.1f} s")
+    except Exception as exc:  # noqa: BLE001
+        return [_failed(single, exc), _failed(every, exc), _failed(ratio, exc)]
+    return [single, every, ratio]
+
+
 # -- TSAN ----------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@
     python -m bench --experiments   # also cold builds under -j 2 / OMP_NUM_THREADS=1
 
 Groups: site (cold, floors, overhead, warm, edits), import, render, mesh, tsan,
-weight (needs the site group's build), experiments (opt-in).
+weight (needs the site group's build), releases (cold build on every supported
+torch release against the primary only), experiments (opt-in).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .stats import NOT_YET, Figure
 from .tree import ROOT
 
 BENCH = ROOT / "bench"
-GROUPS = ("site", "import", "render", "mesh", "tsan", "weight")
+GROUPS = ("site", "import", "render", "mesh", "tsan", "weight", "releases")
 
 
 def _load() -> str:
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         "mesh": lambda: F.mesh_figures(ctx),
         "tsan": lambda: F.tsan_figures(ctx),
         "weight": lambda: F.weight_figures(ctx),
+        "releases": lambda: F.releases_figures(ctx),
     }
     for g in GROUPS:
         if g not in groups:

@@ -30,6 +30,7 @@ extensions = [
     "explainer_deps",
     "parallel_exec",  # -j safe: cache database made before workers fork, per-process kernel ports
     "strict_exec",  # a failed cell fails the build, after every failing page is listed
+    "release_records",  # the Versions page is re-read every build: it reports the other releases
 ]
 
 exclude_patterns = [

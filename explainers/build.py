@@ -239,8 +239,11 @@ def _run(cmd: list[str], env: dict[str, str] | None, timeout: float | None,
 def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[str, ...] = (),
                env: dict[str, str] | None = None, capture: bool = False,
                timeout: float | None = None, prefix: list[str] | tuple[str, ...] = (),
-               skip_unchanged: str | None = None) -> BuildResult:
+               skip_unchanged: str | None = None, build: Path | None = None) -> BuildResult:
     """Build ``docs`` into ``docs/_build/staging``; replace ``docs/_build/html`` only on success.
+
+    ``build`` moves all of that (staging, html, doctrees, executed notebooks) to
+    another folder, e.g. one per torch release.
 
     ``env`` is the whole environment of the build (default: this process's).
     Sphinx's output is returned; unless ``capture=True`` it also streams as it comes.
@@ -257,7 +260,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     docs = Path(docs)
     if not (docs / "conf.py").is_file():
         raise ValueError(f"{docs} has no conf.py: not a Sphinx source folder")
-    build = docs / "_build"
+    build = Path(build) if build is not None else docs / "_build"
     site, staging = build / "html", build / "staging"
     cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
     digest = None if skip_unchanged is None else inputs_digest(docs, cmd, skip_unchanged)

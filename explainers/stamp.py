@@ -8,7 +8,7 @@ the page took to execute.
 
 >>> begin_page()
 >>> text = end_page(display=False)
->>> text.startswith("{bdg-success}`executed`")
+>>> text.startswith("{bdg-success}`verified on ")
 True
 >>> "torch " in text and "Python " in text
 True
@@ -43,9 +43,13 @@ def begin_page() -> None:
 def environment() -> dict[str, str]:
     """Describe where the code ran, as label -> value.
 
+    ``verified on`` lists the torch releases this build executes every page on
+    (``$TORCH_EXPLAINERS_VERIFIED_ON``, set by ``nox``; the site is published only
+    when every page's claims hold on each of them), or just this torch's release.
+
     >>> env = environment()
     >>> sorted(env)
-    ['date', 'device', 'python', 'threads', 'torch']
+    ['date', 'device', 'python', 'threads', 'torch', 'verified on']
     >>> env["device"].startswith("cuda") or " kernels, " in env["device"]  # e.g. AVX2 kernels
     True
     """
@@ -70,18 +74,37 @@ def environment() -> dict[str, str]:
         "device": device,
         "threads": str(torch.get_num_threads()),
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "verified on": verified_on(torch.__version__),
     }
+
+
+def verified_on(version: str) -> str:
+    """The releases a page's claims are verified on, as words, this build's own first.
+
+    >>> import os
+    >>> os.environ["TORCH_EXPLAINERS_VERIFIED_ON"] = "2.15.0,2.14.1"
+    >>> verified_on("2.15.0+cu132")
+    'torch 2.15.0 and 2.14.1'
+    >>> del os.environ["TORCH_EXPLAINERS_VERIFIED_ON"]
+    >>> verified_on("2.14.1+cu130")
+    'torch 2.14.1'
+    """
+    own = version.split("+", 1)[0]
+    listed = [r for r in os.environ.get("TORCH_EXPLAINERS_VERIFIED_ON", "").split(",") if r]
+    ordered = [own, *[r for r in listed if r != own]]
+    return "torch " + (" and ".join([", ".join(ordered[:-1]), ordered[-1]]) if len(ordered) > 1 else own)
 
 
 def stamp_text(env: dict[str, str], seconds: float) -> str:
     """Format the stamp as MyST (a sphinx-design badge and one line).
 
-    >>> stamp_text({"torch": "2.14.1 (CPU build)", "python": "3.11.7",
-    ...             "device": "cpu", "threads": "2", "date": "2026-12-02 12:00 UTC"}, 1.234)
-    '{bdg-success}`executed` torch 2.14.1 (CPU build) · Python 3.11.7 · cpu · 2026-12-02 12:00 UTC · executed in 1.2 s'
+    >>> stamp_text({"torch": "2.15.0 (CPU build)", "python": "3.11.7", "device": "cpu", "threads": "2",
+    ...             "date": "2026-12-02 12:00 UTC", "verified on": "torch 2.15.0 and 2.14.1"}, 1.234)
+    '{bdg-success}`verified on torch 2.15.0 and 2.14.1` torch 2.15.0 (CPU build) · Python 3.11.7 · cpu · 2026-12-02 12:00 UTC · executed in 1.2 s'
     """
     return (
-        f"{{bdg-success}}`executed` torch {env['torch']} · Python {env['python']} · "
+        f"{{bdg-success}}`verified on {env['verified on']}` "
+        f"torch {env['torch']} · Python {env['python']} · "
         f"{env['device']} · {env['date']} · executed in {seconds:.1f} s"
     )
 

@@ -50,7 +50,7 @@ def _tiny_source(src: Path) -> Path:
     (docs / "beta.md").write_text(_page("Beta", "beta"))
     pkg = src / "explainers"
     pkg.mkdir()
-    for name in ("__init__.py", "deps.py", "build.py"):  # build.py: the noxfile's staged build
+    for name in ("__init__.py", "deps.py", "build.py", "releases.py"):  # what the noxfile imports
         shutil.copy2(ROOT / "explainers" / name, pkg / name)
     (pkg / "alpha.py").write_text('"""Alpha."""\nVALUE = "alpha"\n')
     (pkg / "beta.py").write_text('"""Beta."""\nVALUE = "beta"\n')

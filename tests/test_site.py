@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -61,17 +62,23 @@ def test_expected_pages_exist(site):
         assert (site / f"{name}.html").is_file(), name
 
 
-@pytest.mark.parametrize("page", [p for p in executed_pages() if p != "verification"])
+@pytest.mark.parametrize("page", [p for p in executed_pages() if p not in ("verification", "versions")])
 def test_executed_page_carries_its_stamp_under_the_title(site, page):
     html = (site / f"{page}.html").read_text(encoding="utf-8")
     # The theme repeats the title in a print-only header; measure from the article's <h1>.
     title = html.index("<h1", html.index("<article"))
-    stamp = re.search(r"sd-badge[^>]*>executed</span>\s*torch (\S+)[^<]*executed in ([\d.]+) s", html)
+    stamp = re.search(r"sd-badge[^>]*>verified on ([^<]+)</span>\s*torch (\S+)[^<]*executed in ([\d.]+) s",
+                      html)
     assert stamp, f"{page}: no verification stamp"
     assert stamp.start() - title < 2000, f"{page}: the stamp is not near the title"
     import torch
 
-    assert stamp.group(1) == torch.__version__
+    assert stamp.group(2) == torch.__version__
+    # It names every release this build verified the page on, the published one first.
+    built = os.environ.get("TORCH_EXPLAINERS_VERIFIED_ON", "").split(",")
+    named = re.findall(r"\d+\.\d+\.\d+", stamp.group(1))
+    assert named[0] == torch.__version__.split("+")[0] and set(named) >= {r for r in built if r}, (
+        f"{page}: the stamp names {named}, the build verified {built}")
 
 
 def test_verification_page_lists_every_executed_page(site):

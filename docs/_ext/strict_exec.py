@@ -12,6 +12,10 @@ page, the exception and the first line of the cell.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from myst_nb.sphinx_ import NbMetadataCollector
 from sphinx.util import logging
 
@@ -30,10 +34,25 @@ def failures(env) -> dict[str, str]:
     return out
 
 
+def _record(app, failed: dict[str, str]) -> None:
+    """Where nox asks for one (a build on a release other than the published one), write
+    which torch executed which pages and whether each held: the Versions page reports it."""
+    path = os.environ.get("TORCH_EXPLAINERS_RECORD")
+    if not path:
+        return
+    from importlib.metadata import version
+
+    pages = {d: d not in failed for d in sorted(NbMetadataCollector.get_doc_data(app.env))
+             if NbMetadataCollector.get_exec_data(app.env, d)}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"torch": version("torch"), "pages": pages}, indent=1) + "\n")
+
+
 def _check(app, exception) -> None:
     if exception is not None:
         return  # Sphinx is already failing: do not hide its error behind ours
     failed = failures(app.env)
+    _record(app, failed)
     if failed:
         lines = "\n".join(f"  {app.env.doc2path(d, False)}: {why}" for d, why in failed.items())
         # An error, not an exception: Sphinx would print a traceback of this hook

@@ -1,0 +1,93 @@
+"""What the Versions page shows: which release verified which page, and what changed between them.
+
+Each page's claims are executed on every release in
+:data:`explainers.releases.SUPPORTED`.  The published build runs on the
+primary release; nox builds the others first and each of those builds records
+which pages it executed and whether their claims held (``record.json``, written
+by ``docs/_ext/strict_exec.py``).  :func:`matrix` turns those records into the
+page × release table.  :data:`DIFFERENCES` lists every behaviour difference the
+pages execute on both releases, each with the label of the section that shows
+it; the strict build fails on a label that does not exist.
+
+>>> rows = matrix(["render"], {"2.14.1": {"torch": "2.14.1", "pages": {"render": True}}},
+...               ("2.15.0", "2.14.1"), "2.15.0")
+>>> rows[0]["page"], rows[0]["2.14.1"]
+('render', 'claims held')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DIFFERENCES", "Difference", "matrix", "read_records"]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A behaviour that differs between supported releases, and the section that executes it."""
+
+    page: str
+    label: str
+    what: str
+
+
+# One entry per difference a page shows by execution; the page asserts each release's behaviour.
+DIFFERENCES: tuple[Difference, ...] = ()
+
+
+def read_records(folder: str | os.PathLike | None = None) -> dict[str, dict]:
+    """The records of the other releases' builds, by release: ``$TORCH_EXPLAINERS_RELEASE_RECORDS``
+    (set by nox) or ``folder``; empty when there are none.
+
+    >>> read_records("/nonexistent")
+    {}
+    """
+    where = folder or os.environ.get("TORCH_EXPLAINERS_RELEASE_RECORDS")
+    if not where or not Path(where).is_dir():
+        return {}
+    out = {}
+    for path in sorted(Path(where).glob("*/record.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("pages"), dict):
+            raise ValueError(f"{path}: not a release record (no 'pages' mapping)")
+        out[path.parent.name] = data
+    return out
+
+
+def matrix(pages: list[str], records: dict[str, dict], supported: tuple[str, ...],
+           this: str, built: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """One row per page, one column per supported release: what that release's build found.
+
+    ``this`` release's column is the running build's own: a build fails, and publishes
+    nothing, unless every page's claims hold.  Another release's column comes from its
+    record, when this build made one (``built``, default every release with a record).
+
+    >>> rows = matrix(["mesh"], {}, ("2.15.0", "2.14.1"), "2.15.0")
+    >>> rows[0]["2.15.0"], rows[0]["2.14.1"]
+    ('claims held', 'not built')
+    >>> matrix(["mesh"], {"2.14.1": {"pages": {"mesh": False}}}, ("2.15.0", "2.14.1"), "2.15.0")[0]["2.14.1"]
+    'FAILED'
+    >>> matrix(["mesh"], {}, ("2.15.0",), "2.14.1")
+    Traceback (most recent call last):
+    ...
+    ValueError: this build's release 2.14.1 is not among the supported releases ('2.15.0',)
+    """
+    if this not in supported:
+        raise ValueError(f"this build's release {this} is not among the supported releases {supported}")
+    built = built or tuple(records)
+    rows = []
+    for page in pages:
+        row = {"page": page}
+        for release in supported:
+            if release == this:
+                row[release] = "claims held"
+            elif release in built and release in records:
+                held = records[release]["pages"].get(page)
+                row[release] = "claims held" if held else ("FAILED" if held is False else "not executed")
+            else:
+                row[release] = "not built"
+        rows.append(row)
+    return rows
