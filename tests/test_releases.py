@@ -1,0 +1,69 @@
+"""The supported torch releases: one list, newest first, and library calls under each one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from explainers.releases import PRIMARY, SUPPORTED, ReleaseNotProvisioned, env_python, release_of, run_under
+from explainers.versions import DIFFERENCES, matrix, read_records
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
+def test_releases_are_listed_newest_first_and_the_newest_is_primary():
+    assert len(SUPPORTED) == len(set(SUPPORTED)) >= 2
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", r) for r in SUPPORTED)
+    assert list(SUPPORTED) == sorted(SUPPORTED, key=_key, reverse=True)
+    assert PRIMARY == SUPPORTED[0]
+
+
+def test_this_torch_is_a_supported_release():
+    assert release_of(torch.__version__) in SUPPORTED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_run_under_calls_the_library_in_that_release(release):
+    if not env_python(release).exists():
+        pytest.skip(f"torch {release} has no environment here (nox -s tests creates every one)")
+    env = run_under(release, "explainers.stamp:environment")
+    assert env["torch"].split("+")[0] == release
+
+
+def test_run_under_says_what_is_wrong(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="not a supported torch release"):
+        run_under("1.0.0", "explainers.stamp:environment")
+    with pytest.raises(ValueError, match="explainers.<module>:<function>"):
+        run_under(PRIMARY, "subprocess:run")
+    monkeypatch.setenv("TORCH_EXPLAINERS_CACHE", str(tmp_path))
+    with pytest.raises(ReleaseNotProvisioned, match=f"torch {PRIMARY} has no environment"):
+        run_under(PRIMARY, "explainers.stamp:environment")
+
+
+def test_every_listed_difference_names_a_section_that_exists():
+    labels = {m for p in DOCS.glob("*.md") for m in re.findall(r"^\(([\w-]+)\)=$", p.read_text(), re.M)}
+    for d in DIFFERENCES:
+        assert (DOCS / f"{d.page}.md").is_file(), d
+        assert d.label in labels, f"{d.label}: no such section label in docs/"
+        assert f"({d.label})=" in (DOCS / f"{d.page}.md").read_text(), f"{d.label} is not on {d.page}"
+
+
+def test_the_matrix_reports_each_release_from_its_record(tmp_path):
+    (tmp_path / "2.14.1").mkdir()
+    (tmp_path / "2.14.1" / "record.json").write_text('{"torch": "2.14.1", "pages": {"a": true, "b": false}}')
+    records = read_records(tmp_path)
+    rows = matrix(["a", "b", "c"], records, ("2.15.0", "2.14.1"), "2.15.0")
+    assert [r["2.14.1"] for r in rows] == ["claims held", "FAILED", "not executed"]
+    assert {r["2.15.0"] for r in rows} == {"claims held"}
+    assert matrix(["a"], records, ("2.15.0", "2.14.1"), "2.15.0", built=("2.15.0",))[0]["2.14.1"] == "not built"
+    (tmp_path / "2.14.1" / "record.json").write_text('{"torch": "2.14.1"}')
+    with pytest.raises(ValueError, match="not a release record"):
+        read_records(tmp_path)
