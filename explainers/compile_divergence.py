@@ -30,8 +30,11 @@ import torch
 
 __all__ = [
     "ISSUES",
+    "ISSUES_STATE_AS_OF",
     "silence_cuda_home_warning",
+    "inductor_config_comment",
     "emulate_precision_casts_comment",
+    "welford_statements",
     "mul_add",
     "PerOpRounding",
     "measure_per_op_rounding",
@@ -46,16 +49,19 @@ __all__ = [
     "summarize_issue_runs",
 ]
 
-#: The five issues, by number.  Titles, states and labels as on GitHub; ``None``
-#: where an issue could not be identified from public sources.
-ISSUES: dict[int, dict[str, str | None]] = {
+#: When :data:`ISSUES`' states were read on GitHub.
+ISSUES_STATE_AS_OF = "December 2026"
+
+#: Three torch.compile fuzzer reports, by number: title, state (as of
+#: :data:`ISSUES_STATE_AS_OF`) and what each reports.
+ISSUES: dict[int, dict[str, str]] = {
     163449: {
         "title": "[Fuzzer][Eager/Compile Divergence] 8+% numerical difference between eager and compile",
         "status": "closed",
         "what": "CUDA, with `emulate_precision_casts = True` set. A bf16 `addmm` (5×1024 by "
         "1024×4), its `norm()` (a bf16 scalar `t4`), then `pow(pow(t4, t7), t7 + t4 + relu(s))`, "
         "where `t7 = var(var(x, dim=0))` comes from an independent fp32 input `x`. "
-        "The only numerics report of the five.",
+        "The only numerics report of the three.",
     },
     163457: {
         "title": "[Fuzzer][Eager/Compile Divergence] unsupported operand type(s) for divmod(): "
@@ -71,8 +77,6 @@ ISSUES: dict[int, dict[str, str | None]] = {
         "what": "Inductor fails to compile `fill_diagonal_` with a value from `.item()`: a "
         "compile failure, not a numerics report.",
     },
-    163300: {"title": None, "status": None, "what": None},
-    162723: {"title": None, "status": None, "what": None},
 }
 
 
@@ -109,31 +113,45 @@ def silence_cuda_home_warning() -> None:
         logger.addFilter(_FILTER)
 
 
-def emulate_precision_casts_comment() -> tuple[str, int]:
-    """The comment above ``emulate_precision_casts`` in the installed ``torch/_inductor/config.py``.
+def inductor_config_comment(name: str) -> tuple[str, int]:
+    """The comment above the top-level setting ``name`` in the installed ``torch/_inductor/config.py``.
 
     Returns ``(text, line)``: the comment without its ``#`` marks, and the
     1-based line number of its first line.  Raises ``LookupError`` if the
     installed torch has no such setting or no comment above it.
 
-    >>> text, line = emulate_precision_casts_comment()
-    >>> "emulate" in text and line > 1
+    >>> text, line = inductor_config_comment("emulate_precision_casts_on_saved_tensors")
+    >>> "saved" in text and line > 1
     True
+    >>> inductor_config_comment("no_such_setting")
+    Traceback (most recent call last):
+    ...
+    LookupError: torch/_inductor/config.py defines no top-level setting no_such_setting
     """
     import torch._inductor.config as inductor_config
 
     lines = inspect.getsource(inductor_config).splitlines()
     try:
-        at = next(i for i, s in enumerate(lines) if s.startswith("emulate_precision_casts:"))
+        at = next(i for i, s in enumerate(lines) if s.startswith(f"{name}:"))
     except StopIteration:
-        raise LookupError("torch/_inductor/config.py defines no emulate_precision_casts") from None
+        raise LookupError(f"torch/_inductor/config.py defines no top-level setting {name}") from None
     first = at
     while first > 0 and lines[first - 1].lstrip().startswith("#"):
         first -= 1
     if first == at:
-        raise LookupError("no comment above emulate_precision_casts in torch/_inductor/config.py")
+        raise LookupError(f"no comment above {name} in torch/_inductor/config.py")
     text = " ".join(s.strip().lstrip("#").strip() for s in lines[first:at])
     return text, first + 1
+
+
+def emulate_precision_casts_comment() -> tuple[str, int]:
+    """:func:`inductor_config_comment` of ``emulate_precision_casts``.
+
+    >>> text, line = emulate_precision_casts_comment()
+    >>> "emulate" in text and line > 1
+    True
+    """
+    return inductor_config_comment("emulate_precision_casts")
 
 
 # -- per-op rounding: one pointwise chain, four ways ---------------------------------------
@@ -264,6 +282,23 @@ def measure_per_op_rounding(size: int = 4096, seed: int = 0) -> PerOpRounding:
     )
 
 
+def welford_statements(codes: list[str]) -> tuple[str, ...]:
+    """The statements of Inductor's C++ code that declare a Welford accumulator or combine vector lanes.
+
+    One of each distinct statement, in order of appearance; ``static_cast<int64_t>`` is elided.
+
+    >>> welford_statements(["  Welford<float> tmp_acc0 = Welford<float>();", "  x = 1;"])
+    ('Welford<float> tmp_acc0 = Welford<float>();',)
+    """
+    seen: list[str] = []
+    for code in codes:
+        for line in code.splitlines():
+            stmt = re.sub(r"static_cast<int64_t>\((\w+)\)", r"\1", line.strip())
+            if (stmt.startswith("Welford<") or "welford_vec_reduce_all" in stmt) and stmt not in seen:
+                seen.append(stmt)
+    return tuple(seen)
+
+
 # -- pytorch/pytorch#163449, as filed ------------------------------------------------------
 
 
@@ -313,10 +348,11 @@ def issue_163449_steps(arg0, arg1, arg2, arg3, arg4):
 
 
 def issue_163449_inputs(seed: int, requires_grad: bool = True) -> list[torch.Tensor]:
-    """The issue's five inputs: ``torch.rand`` of its shapes and dtypes, drawn from ``seed`` on CPU.
+    """The issue's five inputs, of its graph's shapes and dtypes: ``torch.rand`` from ``seed`` on CPU.
 
-    The issue draws them unseeded on CUDA; here a CPU generator makes each
-    seed reproducible.
+    The fuzzer's template of the time draws inputs with unseeded
+    ``torch.rand(..., device='cuda', requires_grad=True)``; here a CPU
+    generator makes each seed reproducible.
 
     >>> [(tuple(t.shape), t.dtype) for t in issue_163449_inputs(0)][:2]
     [((5, 4), torch.bfloat16), ((5, 1024), torch.bfloat16)]
@@ -381,6 +417,12 @@ class SeedRun:
     steps_final_matches: bool
     #: relative change of the eager output when ``t4`` moves up by one bf16 ulp
     t4_ulp_effect: float
+    #: ``|compiled pow(t4, t7) - eager pow(t4, t7)|`` in ulps of fp32 at eager's value
+    pow_diff_ulps: float
+    #: eager ``pow(t4, compiled t7)`` equals the compiled ``pow(t4, t7)`` bit for bit
+    pow_follows_compiled_t7: bool
+    #: eager ``t6`` and ``t7`` each equal the fp64 variance of their fp32 input, rounded to fp32
+    eager_var_is_fp64_rounded: bool
 
     @staticmethod
     def rel(value: float, ref: float) -> float:
@@ -388,18 +430,24 @@ class SeedRun:
         return abs(value - ref) / abs(ref)
 
 
-def run_issue_163449(seeds: range | list[int]) -> list[SeedRun]:
+def run_issue_163449(seeds: range | list[int], *,
+                     steps_code: list[str] | None = None) -> list[SeedRun]:
     """Run #163449's graph on CPU for each seed: eager, compiled as filed, without emulation, fp64.
 
     Three compiles, each after ``torch._dynamo.reset()`` (one compiled function
     serves every seed: the shapes do not change): the issue's graph with its
     settings, :func:`issue_163449_steps` with the same settings (to find the
     intermediates that differ from eager; its inputs do not require grad),
-    and the issue's graph with ``emulate_precision_casts=False``.  The issue
-    graph's inputs require grad as in the issue; only forward values are
-    compared, as the issue does.
+    and the issue's graph with ``emulate_precision_casts=False`` (Inductor's
+    other settings, ``emulate_precision_casts_on_saved_tensors`` among them,
+    stay as they are).  The issue graph's inputs require grad, as in the
+    fuzzer's template; only forward values are compared.  If ``steps_code`` is
+    a list, the code Inductor generated for :func:`issue_163449_steps` is
+    appended to it (``torch._inductor.utils.run_and_get_code``, a private
+    helper in torch 2.14.1).
     """
     import torch._dynamo
+    from torch._inductor.utils import run_and_get_code
 
     seeds = list(seeds)
     if not seeds:
@@ -416,7 +464,13 @@ def run_issue_163449(seeds: range | list[int]) -> list[SeedRun]:
         with issue_163449_settings(emulate):
             cfn = torch.compile(fn, fullgraph=True, dynamic=True)
             for s in seeds:
-                r = cfn(*[t.detach().requires_grad_(grad) for t in inputs[s]])
+                args = [t.detach().requires_grad_(grad) for t in inputs[s]]
+                if store is steps and s == seeds[0] and steps_code is not None:
+                    # run_and_get_code resets Dynamo, then compiles on this first call
+                    r, codes = run_and_get_code(cfn, *args)
+                    steps_code.extend(codes)
+                else:
+                    r = cfn(*args)
                 store[s] = tuple(t.detach() for t in r) if isinstance(r, tuple) else r.detach()
     torch._dynamo.reset()
 
@@ -430,6 +484,11 @@ def run_issue_163449(seeds: range | list[int]) -> list[SeedRun]:
                               if not torch.equal(e, c))
             t7_e, t7_c = eager_steps[2], steps[s][2]
             t7_ulp = torch.nextafter(t7_e, torch.tensor(float("inf"))) - t7_e
+            p_e, p_c = eager_steps[4], steps[s][4]
+            p_ulp = torch.nextafter(p_e, torch.tensor(float("inf"))) - p_e
+            t6_e = args[3].var(dim=0)
+            var_rounded = (torch.equal(t6_e, args[3].double().var(dim=0).float())
+                           and torch.equal(t7_e, t6_e.double().var().float()))
             d = [t.double() for t in args]
             t4_64 = torch.addmm(d[0], d[1], d[2]).norm()
             t7_64, t9_64 = d[3].var(dim=0).var(), torch.relu(d[4])
@@ -449,6 +508,9 @@ def run_issue_163449(seeds: range | list[int]) -> list[SeedRun]:
                 t7_diff_ulps=((t7_c - t7_e).abs() / t7_ulp).item(),
                 steps_final_matches=torch.equal(steps[s][-1], compiled[s]),
                 t4_ulp_effect=_tail(up, t7, t9).item() / eager.item() - 1,
+                pow_diff_ulps=((p_c - p_e).abs() / p_ulp).item(),
+                pow_follows_compiled_t7=torch.equal(torch.pow(eager_steps[1], t7_c), p_c),
+                eager_var_is_fp64_rounded=var_rounded,
             ))
     return runs
 
@@ -486,15 +548,25 @@ class IssueSummary:
     t4_ulp_effect: tuple[float, float]
     #: smallest and largest eager ``t4``
     t4_range: tuple[float, float]
+    #: smallest and largest ``pow(t4, t7)`` difference in fp32 ulps, over the seeds where it differs
+    #: (``(0.0, 0.0)`` if none)
+    pow_ulps_range: tuple[float, float]
+    #: in every seed, eager ``pow(t4, compiled t7)`` is the compiled ``pow(t4, t7)``
+    pow_follows_compiled_t7: bool
+    #: seeds where eager's two ``var`` are the fp64 variance rounded to fp32
+    eager_var_fp64_rounded: int
 
 
 def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
     """Reduce :func:`run_issue_163449`'s per-seed results to the figures a reader needs.
 
-    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, ("t7 = t6.var()",), 1.0, True, 0.3)
+    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, ("t7 = t6.var()",), 1.0, True, 0.3,
+    ...             0.0, True, True)
     >>> s = summarize_issue_runs([r])
     >>> s.compiled_equal, s.step_differs["t7 = t6.var()"], s.output_differs_only_with_inner_pow
     (1, 1, True)
+    >>> s.pow_ulps_range, s.eager_var_fp64_rounded
+    ((0.0, 0.0), 1)
     """
     if not runs:
         raise ValueError("runs is empty: run_issue_163449 needs at least one seed")
@@ -502,6 +574,7 @@ def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
     no_emu = [rel(r.compiled_no_emulation, r.eager) for r in runs]
     eager_err = [rel(r.eager, r.fp64) for r in runs]
     effect = [r.t4_ulp_effect for r in runs]
+    pow_ulps = [r.pow_diff_ulps for r in runs if "pow(t4, t7)" in r.differing_steps]
     return IssueSummary(
         seeds=len(runs),
         compiled_equal=sum(r.compiled == r.eager for r in runs),
@@ -520,4 +593,7 @@ def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
         eager_vs_fp64_on_eager_t4=max(rel(r.eager, r.fp64_on_eager_t4) for r in runs),
         t4_ulp_effect=(min(effect), max(effect)),
         t4_range=(min(r.t4 for r in runs), max(r.t4 for r in runs)),
+        pow_ulps_range=(min(pow_ulps, default=0.0), max(pow_ulps, default=0.0)),
+        pow_follows_compiled_t7=all(r.pow_follows_compiled_t7 for r in runs),
+        eager_var_fp64_rounded=sum(r.eager_var_is_fp64_rounded for r in runs),
     )

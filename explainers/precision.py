@@ -28,6 +28,7 @@ __all__ = [
     "cancellation_data",
     "PROBE_OPS",
     "HEADER_CPU_ACC",
+    "header_acc_types",
     "accumulator_table",
     "output_dtype",
     "output_dtype_table",
@@ -147,12 +148,44 @@ PROBE_OPS: dict[str, tuple[Callable, Callable]] = {
     "mm": (_mm, _sum),
 }
 
-#: CPU column of AccumulateType.h (floating point on CPU -> double, Half/BFloat16 -> float).
-HEADER_CPU_ACC: dict[torch.dtype, torch.dtype] = {
-    torch.bfloat16: torch.float32,
-    torch.float16: torch.float32,
-    torch.float32: torch.float64,
+# C++ spellings in AccumulateType.h of the dtypes the probe uses.
+_CPP_DTYPES = {
+    "BFloat16": torch.bfloat16,
+    "Half": torch.float16,
+    "float": torch.float32,
+    "double": torch.float64,
 }
+
+
+def header_acc_types(device: str = "CPU") -> dict[torch.dtype, torch.dtype]:
+    """The ``acc_type`` table of the installed ``ATen/AccumulateType.h`` for ``device``.
+
+    Parsed from its ``CPU_ACC_TYPE(t, acc_t)`` / ``CUDA_ACC_TYPE(t, acc_t)``
+    lines, the table the templates use (the header's prose comment says
+    ``double`` for every floating type on CPU; the table does not).  Only the
+    floating dtypes the probe uses are kept.
+
+    >>> import torch
+    >>> header_acc_types()[torch.bfloat16], header_acc_types("CUDA")[torch.float32]
+    (torch.float32, torch.float32)
+    >>> header_acc_types("XPU")
+    Traceback (most recent call last):
+    ...
+    ValueError: device must be 'CPU' or 'CUDA', got 'XPU'
+    """
+    import re
+
+    if device not in ("CPU", "CUDA"):
+        raise ValueError(f"device must be 'CPU' or 'CUDA', got {device!r}")
+    text = installed_source("include/ATen/AccumulateType.h")
+    table = {}
+    for t, acc in re.findall(rf"^{device}_ACC_TYPE\((\w+), (\w+)\)", text, flags=re.M):
+        if t in _CPP_DTYPES and acc in _CPP_DTYPES:
+            table[_CPP_DTYPES[t]] = _CPP_DTYPES[acc]
+    if set(table) != set(_CPP_DTYPES.values()):
+        raise RuntimeError(f"AccumulateType.h: no {device}_ACC_TYPE line for some of {list(_CPP_DTYPES)}")
+    return table
+
 
 # (n, L) per dtype: half the values are L + u, half -L + u, u ~ U[0, 1).  The
 # running partial sums reach about n*L/2 while the exact total is only about
@@ -436,6 +469,10 @@ def installed_source(relpath: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"{relpath} is not in the installed torch")
     return path.read_text(encoding="utf-8")
+
+
+#: CPU column of the installed AccumulateType.h (Half/BFloat16 -> float, float -> double).
+HEADER_CPU_ACC: dict[torch.dtype, torch.dtype] = header_acc_types("CPU")
 
 
 def quote_installed(relpath: str, needle: str, lines: int | None = None, after: str | None = None) -> str:

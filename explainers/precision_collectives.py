@@ -4,12 +4,15 @@ Runs a real ``torch.distributed.all_reduce`` in a simulated world
 (:func:`explainers.mesh.simulated_world`, PyTorch's ``"fake"`` process group
 plus ``LocalTensorMode``).  In torch 2.14.1 ``LocalTensorMode`` reduces with
 ``functools.reduce(operator.add, per_rank_tensors)``
-(``_local_reduce`` in ``torch/distributed/_local_tensor/_c10d.py``): a chain of
-``world_size - 1`` additions, each rounded to the tensor's dtype.  A ring
-reduce-scatter adds each chunk in such a chain (starting at a different rank
-per chunk).  A reduction tree adds in pairs instead, so each element is
-rounded about ``log2(world_size)`` times on its way; :func:`pairwise_sum`
-emulates that order with plain tensor additions (it is not a collective).
+(``_local_reduce`` in ``torch/distributed/_local_tensor/_c10d.py``; checked
+bit for bit by :func:`allreduce_matches_fold`): a chain of ``world_size - 1``
+additions, each rounded to the tensor's dtype.  A ring reduce-scatter adds each
+chunk in such a chain (starting at a different rank per chunk).  A pairwise
+order does the same number of additions, ``world_size - 1`` per element, but
+each rank's value passes through only about ``log2(world_size)`` of them
+instead of up to ``world_size - 1``; :func:`pairwise_sum` emulates that order
+with plain tensor additions (it is not a collective, and not NCCL's tree
+algorithm).
 
 >>> e = allreduce_errors(4, n=64)
 >>> e["bf16 comm"] > e["fp32 comm"]
@@ -25,6 +28,7 @@ import torch
 __all__ = [
     "rank_gradients",
     "allreduce",
+    "allreduce_matches_fold",
     "pairwise_sum",
     "allreduce_errors",
     "allreduce_error_table",
@@ -86,6 +90,28 @@ def allreduce(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> tor
         if not all(torch.equal(out, other) for other in results[1:]):
             raise AssertionError("simulated all_reduce left ranks with different results")
     return out
+
+
+def allreduce_matches_fold(world_size: int, n: int = 4096, seed: int = 0) -> dict[str, bool]:
+    """Is the simulated bf16 all-reduce bitwise a left fold of the ranks' tensors?
+
+    Compares :func:`allreduce` of :func:`rank_gradients` in bf16 with
+    ``functools.reduce(operator.add, ...)`` over ranks ``0, 1, ..., N - 1``
+    (``"rank order"``) and over the reversed ranks (``"reversed order"``).
+
+    >>> allreduce_matches_fold(4, n=256)
+    {'rank order': True, 'reversed order': False}
+    """
+    import functools
+    import operator
+
+    grads = rank_gradients(world_size, n, seed)
+    out = allreduce(grads, torch.bfloat16)
+    ranks = [grads[r] for r in range(world_size)]
+    return {
+        "rank order": torch.equal(out, functools.reduce(operator.add, ranks)),
+        "reversed order": torch.equal(out, functools.reduce(operator.add, ranks[::-1])),
+    }
 
 
 def pairwise_sum(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> torch.Tensor:

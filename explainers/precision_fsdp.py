@@ -66,6 +66,7 @@ __all__ = [
     "dtype_name",
     "fsdp_reduce_dtypes",
     "fsdp_reduce_dtypes_many",
+    "gradient_divide_factors",
     "op_name",
     "parse_dtype",
 ]
@@ -125,6 +126,57 @@ def op_name(op: Any) -> str:
     if hasattr(op, "name"):  # a bare RedOpType enum member
         return op.name
     raise TypeError(f"not a torch.distributed.ReduceOp: {op!r}")
+
+
+class _SizedGroup:
+    # _get_gradient_divide_factors (torch 2.14.1) only calls .size() on the groups it is
+    # given, so a stand-in with that method lets it run without a process group.
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+
+def gradient_divide_factors(
+    reduce_dtype: torch.dtype,
+    data_parallel_size: int,
+    *,
+    force_sum_reduction_for_comms: bool = False,
+    device_type: str = "",
+) -> dict[str, Any]:
+    """FSDP2's choice of ``ReduceOp`` and divisions for one gradient reduce-scatter.
+
+    Calls the installed FSDP2's private ``_get_gradient_divide_factors``
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, torch 2.14.1)
+    for a reduce-scatter group of ``data_parallel_size`` ranks, no HSDP
+    all-reduce group and no custom divide factor, and returns what it picks:
+    the division before the collective (``"pre"``), after it (``"post"``) and
+    the reduce-scatter's op.  ``foreach_reduce`` skips a division by ``None``
+    or 1 (``_div_if_needed``).
+
+    >>> import torch
+    >>> gradient_divide_factors(torch.float16, 16)
+    {'pre': 4, 'post': 4.0, 'reduce_scatter': 'SUM'}
+    >>> gradient_divide_factors(torch.bfloat16, 16)
+    {'pre': None, 'post': None, 'reduce_scatter': 'AVG'}
+    >>> gradient_divide_factors(torch.int32, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: reduce_dtype must be a floating-point dtype, got torch.int32
+    """
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
+
+    _check_dtype("reduce_dtype", reduce_dtype)
+    if isinstance(data_parallel_size, bool) or not isinstance(data_parallel_size, int):
+        raise TypeError(f"data_parallel_size must be an int, got {type(data_parallel_size).__name__}")
+    if data_parallel_size < 1:
+        raise ValueError(f"data_parallel_size must be >= 1, got {data_parallel_size}")
+    pre, post, rs_op, _ = _get_gradient_divide_factors(
+        _SizedGroup(data_parallel_size), None, reduce_dtype, device_type,
+        None, force_sum_reduction_for_comms,
+    )
+    return {"pre": pre, "post": post, "reduce_scatter": op_name(rs_op)}
 
 
 def _check_dtype(arg: str, dtype: object) -> torch.dtype | None:

@@ -35,6 +35,7 @@ __all__ = [
     "knobs_restored",
     "KnobsNotRestorableError",
     "legacy_matmul_precision",
+    "legacy_getter_matrix",
     "sdpa_math_reduction_effect",
     "cuda_matmul_knobs_effect",
     "mkldnn_fp32_matmul_errors",
@@ -185,8 +186,9 @@ class KnobsNotRestorableError(RuntimeError):
     """A knob was moved off a default that torch offers no way to set again."""
 
 
-# torch.set_float32_matmul_precision(x) writes these two leaves (measured, torch 2.14.1); the
-# legacy value itself can only be read while the leaves agree with it.
+# torch.set_float32_matmul_precision(x) writes these two leaves (measured, torch 2.14.1). The
+# legacy value is a separate field; the getter refuses in three leaf/legacy combinations
+# (legacy_getter_matrix); with both leaves at ieee it answers whatever the legacy value is.
 _LEGACY_LEAVES = {
     "highest": ("ieee", "ieee"),
     "high": ("tf32", "tf32"),
@@ -336,7 +338,10 @@ def knobs_restored() -> Iterator[None]:
 def legacy_matmul_precision() -> str:
     """``torch.get_float32_matmul_precision()``, or ``"RuntimeError: ..."`` when it refuses.
 
-    It refuses when the new API's matmul leaves disagree with the legacy setting.
+    In torch 2.14.1 it refuses in three combinations (see :func:`legacy_getter_matrix`):
+    ``cuda.matmul`` is ``tf32`` while the legacy value is ``"highest"``; ``mkldnn.matmul``
+    is ``bf16`` while it is not ``"medium"``; ``mkldnn.matmul`` is ``tf32`` while it is
+    not ``"high"``.
 
     >>> legacy_matmul_precision()
     'highest'
@@ -345,6 +350,33 @@ def legacy_matmul_precision() -> str:
         return torch.get_float32_matmul_precision()
     except RuntimeError as exc:
         return f"RuntimeError: {str(exc).splitlines()[0]}"
+
+
+def legacy_getter_matrix() -> list[dict[str, str]]:
+    """What ``torch.get_float32_matmul_precision()`` answers for every legacy value and matmul leaf.
+
+    For each legacy setting (``"highest"``, ``"high"``, ``"medium"``) it sets
+    ``torch.backends.cuda.matmul.fp32_precision`` to ``ieee`` or ``tf32`` and
+    ``torch.backends.mkldnn.matmul.fp32_precision`` to ``ieee``, ``tf32`` or
+    ``bf16``, inside :func:`knobs_restored`, and records the getter's answer
+    (:func:`legacy_matmul_precision`: the legacy value, or the error).
+
+    >>> rows = legacy_getter_matrix()
+    >>> len(rows), rows[0]
+    (18, {'legacy': 'highest', 'cuda.matmul': 'ieee', 'mkldnn.matmul': 'ieee', 'getter': 'highest'})
+    """
+    rows = []
+    for legacy in ("highest", "high", "medium"):
+        for cuda in ("ieee", "tf32"):
+            for mkldnn in ("ieee", "tf32", "bf16"):
+                with knobs_restored():
+                    torch.set_float32_matmul_precision(legacy)
+                    torch.backends.cuda.matmul.fp32_precision = cuda
+                    torch.backends.mkldnn.matmul.fp32_precision = mkldnn
+                    answer = legacy_matmul_precision()
+                rows.append({"legacy": legacy, "cuda.matmul": cuda, "mkldnn.matmul": mkldnn,
+                             "getter": answer})
+    return rows
 
 
 def _max_err(out: torch.Tensor, ref: torch.Tensor) -> float:

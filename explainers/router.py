@@ -1,11 +1,15 @@
 """Two ways to compute MoE top-k router weights, and how they differ in floating point.
 
 ``topk_softmax`` picks the k largest logits and takes a softmax over those k
-values (Mistral's reference MoE).  ``full_softmax_then_renorm`` takes the
-softmax over all experts, picks the k largest probabilities and divides by
-their sum (HF Mixtral).  In exact arithmetic they are the same function:
-softmax is strictly monotone, so the same experts are picked, and in
-``p_i / sum_S p_j`` the partition function cancels.
+values (the order of Mistral's reference MoE).  ``full_softmax_then_renorm``
+takes the softmax over all experts, picks the k largest probabilities and
+divides by their sum (the order of HF Transformers' Mixtral).  In exact
+arithmetic they are the same function: softmax is strictly monotone, so the
+same experts are picked, and in ``p_i / sum_S p_j`` the partition function
+cancels.  In floating point what matters is where the casts sit: run on
+bf16 logits, ``full_softmax_then_renorm`` rounds the probabilities, their sum
+and the quotient; with ``softmax_dtype=torch.float32`` (HF's
+``F.softmax(..., dtype=torch.float)`` and one cast at the end) it rounds once.
 
 >>> import torch
 >>> logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]], dtype=torch.float64)
@@ -79,10 +83,25 @@ def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return idx, F.softmax(vals, dim=-1)
 
 
-def full_softmax_then_renorm(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def full_softmax_then_renorm(
+    logits: torch.Tensor, k: int, *, softmax_dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over all experts, top-k of the probabilities, divide by their sum.
 
-    Returns ``(indices, weights)`` like :func:`topk_softmax`.
+    Returns ``(indices, weights)`` like :func:`topk_softmax`.  With
+    ``softmax_dtype`` the softmax, top-k and division run in that dtype and
+    the weights are cast to ``logits.dtype`` once, at the end (how HF
+    Transformers' Mixtral routes, with ``softmax_dtype=torch.float32``);
+    without it every step runs in ``logits.dtype``.
+
+    >>> import torch
+    >>> bf = torch.tensor([0.0, 2.0, 1.0], dtype=torch.bfloat16)
+    >>> full_softmax_then_renorm(bf, 2, softmax_dtype=torch.float32)[1].dtype
+    torch.bfloat16
+    >>> full_softmax_then_renorm(bf, 2, softmax_dtype=torch.int32)
+    Traceback (most recent call last):
+    ...
+    TypeError: softmax_dtype must be a floating-point dtype, got torch.int32
 
     >>> import torch
     >>> idx, w = full_softmax_then_renorm(torch.tensor([0.0, 2.0, 1.0]), 2)
@@ -98,9 +117,15 @@ def full_softmax_then_renorm(logits: torch.Tensor, k: int) -> tuple[torch.Tensor
     ValueError: k must be >= 1 (experts chosen per token), got k=0
     """
     _check_router_args(logits, k)
-    probs = F.softmax(logits, dim=-1)
+    if softmax_dtype is None:
+        probs = F.softmax(logits, dim=-1)
+        w, idx = torch.topk(probs, k, dim=-1)
+        return idx, w / w.sum(dim=-1, keepdim=True)
+    if not isinstance(softmax_dtype, torch.dtype) or not softmax_dtype.is_floating_point:
+        raise TypeError(f"softmax_dtype must be a floating-point dtype, got {softmax_dtype}")
+    probs = F.softmax(logits, dim=-1, dtype=softmax_dtype)
     w, idx = torch.topk(probs, k, dim=-1)
-    return idx, w / w.sum(dim=-1, keepdim=True)
+    return idx, (w / w.sum(dim=-1, keepdim=True)).to(logits.dtype)
 
 
 def dense_weights(idx: torch.Tensor, w: torch.Tensor, n_experts: int) -> torch.Tensor:
@@ -120,24 +145,37 @@ def dense_weights(idx: torch.Tensor, w: torch.Tensor, n_experts: int) -> torch.T
 
 @dataclass(frozen=True)
 class RouterComparison:
-    """One row of the low-precision router table (A = topk_softmax, B = full_softmax_then_renorm)."""
+    """The low-precision router table's figures for one dtype.
+
+    A is :func:`topk_softmax`, B is :func:`full_softmax_then_renorm` computed in
+    ``dtype``, B32 is ``full_softmax_then_renorm`` with the softmax, top-k and
+    division in at least fp32 and one cast to ``dtype`` at the end.
+    """
 
     dtype: torch.dtype
     tokens: int
-    #: tokens whose two routers chose different expert sets
+    #: tokens whose A and B chose different expert sets
     rows_different_set: int
+    #: tokens whose expert set differs from the fp64 reference's, for A, B and B32
+    rows_a_not_reference: int
+    rows_b_not_reference: int
+    rows_b32_not_reference: int
     #: largest weight difference between A and B, over the tokens where they agree on the set
     max_abs_a_minus_b: float
-    #: largest error against the fp64 reference, over tokens that chose the reference's set
+    #: largest error against the fp64 reference, over the tokens where that router chose the
+    #: reference's set
     max_err_a: float
     max_err_b: float
+    max_err_b32: float
     #: largest ``|sum(weights) - 1|`` (the sum taken exactly, in fp64)
     max_sum_drift_a: float
     max_sum_drift_b: float
+    max_sum_drift_b32: float
     #: largest error against fp64 in ulps of ``dtype`` at each reference weight (same tokens
-    #: as ``max_err_a``/``max_err_b``)
+    #: as ``max_err_*``)
     max_ulps_a: float
     max_ulps_b: float
+    max_ulps_b32: float
     #: tokens whose k-th and (k+1)-th largest logits are equal
     rows_tied_at_k: int
     #: tokens whose k-th and (k+1)-th largest probabilities (the softmax in ``dtype``) are equal
@@ -162,26 +200,31 @@ def compare_routers(
     scale: float = 2.0,
     seed: int = 0,
 ) -> RouterComparison:
-    """Run both routers entirely in ``dtype`` and compare them to each other and to fp64.
+    """Run A and B entirely in ``dtype``, and B32, and compare them to each other and to fp64.
 
     The logits are N(0, scale^2), rounded to ``dtype``; the reference is the
     fp64 math on those same rounded logits, so only the routers' own rounding
-    is measured.  Weight errors are taken over the tokens whose expert set
-    matches (a swapped expert is a tie-break, counted in ``rows_different_set``,
-    not a rounding error of the weights).
+    is measured.  Each router's weight errors are taken over the tokens whose
+    expert set matches the reference's (a swapped expert is a tie-break,
+    counted in ``rows_*_not_reference``, not a rounding error of the weights).
+    B32 (see :class:`RouterComparison`) computes in
+    ``torch.promote_types(dtype, torch.float32)``.
 
     >>> import torch
     >>> c = compare_routers(torch.float64, tokens=64, n_experts=16, k=4)
-    >>> c.rows_different_set, c.max_abs_a_minus_b < 1e-15
-    (0, True)
+    >>> c.rows_different_set, c.rows_b32_not_reference, c.max_abs_a_minus_b < 1e-15
+    (0, 0, True)
     """
     logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
     ia, wa = topk_softmax(logits, k)
     ib, wb = full_softmax_then_renorm(logits, k)
+    # B32: HF Mixtral's casts; promote_types keeps fp64 logits in fp64
+    ic, wc = full_softmax_then_renorm(
+        logits, k, softmax_dtype=torch.promote_types(dtype, torch.float32))
     ir, wr = topk_softmax(logits.double(), k)
-    da, db = dense_weights(ia, wa, n_experts), dense_weights(ib, wb, n_experts)
+    da, db, dc = (dense_weights(i, w, n_experts) for i, w in ((ia, wa), (ib, wb), (ic, wc)))
     dr = dense_weights(ir, wr, n_experts)
-    sa, sb, sr = (i.sort(dim=-1).values for i in (ia, ib, ir))
+    sa, sb, sc, sr = (i.sort(dim=-1).values for i in (ia, ib, ic, ir))
     differ = (sa != sb).any(dim=-1)
     ranked = logits.sort(dim=-1, descending=True).values
     tied = ranked[:, k - 1] == ranked[:, k]
@@ -198,18 +241,24 @@ def compare_routers(
         d = ((dense - dr).abs() / ulp)[chosen]
         return float(d.max()) if d.numel() else 0.0
 
-    same_a, same_b = (sa == sr).all(dim=-1), (sb == sr).all(dim=-1)
+    same_a, same_b, same_c = ((s == sr).all(dim=-1) for s in (sa, sb, sc))
     return RouterComparison(
         dtype=dtype,
         tokens=tokens,
         rows_different_set=int(differ.sum()),
+        rows_a_not_reference=int((~same_a).sum()),
+        rows_b_not_reference=int((~same_b).sum()),
+        rows_b32_not_reference=int((~same_c).sum()),
         max_abs_a_minus_b=max_over(~differ, da - db),
         max_err_a=max_over(same_a, da - dr),
         max_err_b=max_over(same_b, db - dr),
+        max_err_b32=max_over(same_c, dc - dr),
         max_sum_drift_a=float((wa.double().sum(-1) - 1).abs().max()),
         max_sum_drift_b=float((wb.double().sum(-1) - 1).abs().max()),
+        max_sum_drift_b32=float((wc.double().sum(-1) - 1).abs().max()),
         max_ulps_a=max_ulps(same_a, da),
         max_ulps_b=max_ulps(same_b, db),
+        max_ulps_b32=max_ulps(same_c, dc),
         rows_tied_at_k=int(tied.sum()),
         rows_tied_probs_at_k=int(tied_p.sum()),
         rows_tied_logits_not_probs=int((tied & ~tied_p).sum()),
@@ -328,7 +377,7 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
 
     With k=1 both renormalizing routers return weight 1.0, a constant, so in
     exact arithmetic the router gets no gradient.  ``topk_softmax``'s gradient
-    is exactly zero (softmax of one value: ``y * (g - g * y)`` with ``y == 1``);
+    is exactly zero (softmax of one value: ``y * (g - sum(g * y))`` with ``y == 1``);
     ``full_softmax_then_renorm``'s is ``g * (1/w - w/w**2)``, which rounds to
     tiny non-zero values in fp32.  Softmax then top-1 *without*
     renormalization (Switch-style) keeps a real gradient.

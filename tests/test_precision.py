@@ -12,6 +12,7 @@ from explainers.precision import (
     cancellation_data,
     capture_error,
     emulated_dot_error,
+    header_acc_types,
     installed_source,
     md_table,
     output_dtype,
@@ -30,6 +31,7 @@ from explainers.precision_knobs import (
     fp32_precision_tree,
     fresh_python,
     knobs_restored,
+    legacy_getter_matrix,
     legacy_matmul_precision,
     library_message,
     mkldnn_fp32_matmul_errors,
@@ -297,3 +299,26 @@ def test_bf16_sum_rounds_per_thread_partials():
     assert bf16_sum_thread_partials(1, trials=5)["rounded_once"] == 5
     with pytest.raises(ValueError, match="thread count"):
         bf16_sum_thread_partials(0)
+
+
+def test_header_acc_types_reads_the_table_not_the_comment():
+    cpu, cuda = header_acc_types("CPU"), header_acc_types("CUDA")
+    assert cpu[torch.bfloat16] == cpu[torch.float16] == torch.float32
+    assert cpu[torch.float32] == torch.float64 and cuda[torch.float32] == torch.float32
+    with pytest.raises(ValueError, match="device"):
+        header_acc_types("cpu")
+
+
+def test_legacy_getter_raises_in_exactly_three_combinations():
+    rows = legacy_getter_matrix()
+    assert len(rows) == 18
+    for r in rows:
+        refuses = ((r["cuda.matmul"] == "tf32" and r["legacy"] == "highest")
+                   or (r["mkldnn.matmul"] == "bf16" and r["legacy"] != "medium")
+                   or (r["mkldnn.matmul"] == "tf32" and r["legacy"] != "high"))
+        assert r["getter"].startswith("RuntimeError") == refuses, r
+        if not refuses:
+            assert r["getter"] == r["legacy"], r
+    # knobs_restored put everything back
+    assert legacy_matmul_precision() == "highest"
+    assert torch.backends.cuda.matmul.fp32_precision == "none"

@@ -7,6 +7,7 @@ import torch.distributed as dist
 from explainers.precision_collectives import (
     allreduce,
     allreduce_errors,
+    allreduce_matches_fold,
     pairwise_sum,
     rank_gradients,
 )
@@ -49,3 +50,7 @@ def test_bad_inputs():
         allreduce({1: torch.ones(1)}, torch.float32)
     with pytest.raises(ValueError, match="comm_dtype"):
         allreduce({0: torch.ones(1)}, torch.int32)
+
+
+def test_simulated_allreduce_is_the_left_fold_over_ranks():
+    assert allreduce_matches_fold(8, n=512) == {"rank order": True, "reversed order": False}

@@ -6,9 +6,11 @@ import pytest
 
 from explainers.compile_divergence import (
     ISSUES,
+    ISSUES_STATE_AS_OF,
     STEP_NAMES,
     SeedRun,
     emulate_precision_casts_comment,
+    inductor_config_comment,
     issue_163449,
     issue_163449_inputs,
     issue_163449_settings,
@@ -17,16 +19,19 @@ from explainers.compile_divergence import (
     run_issue_163449,
     silence_cuda_home_warning,
     summarize_issue_runs,
+    welford_statements,
 )
 
 
-def test_issue_table_marks_unidentified():
-    assert set(ISSUES) == {163449, 163457, 163420, 163300, 162723}
-    assert ISSUES[163300]["title"] is None and ISSUES[162723]["title"] is None
-    assert "Divergence" in ISSUES[163449]["title"]
-    # all three identified issues are closed on GitHub
-    assert {ISSUES[n]["status"] for n in (163449, 163457, 163420)} == {"closed"}
+def test_issue_table_lists_the_three_fuzzer_reports():
+    assert set(ISSUES) == {163449, 163457, 163420}
+    assert all(info["title"].startswith("[Fuzzer][Eager/Compile Divergence]")
+               for info in ISSUES.values())
+    # states as read on GitHub, dated
+    assert {info["status"] for info in ISSUES.values()} == {"closed"}
+    assert ISSUES_STATE_AS_OF.split()[-1].isdigit()
     assert "emulate_precision_casts = True" in ISSUES[163449]["what"]
+    assert "of the three" in ISSUES[163449]["what"] and "five" not in ISSUES[163449]["what"]
 
 
 def test_filter_drops_only_the_cuda_home_message():
@@ -58,6 +63,20 @@ def test_config_comment_is_read_from_the_installed_torch():
     lines = inspect.getsource(cfg).splitlines()
     assert lines[line - 1].lstrip().startswith("#")
     assert "downcast-upcast" in text and "#" not in text
+    saved, saved_line = inductor_config_comment("emulate_precision_casts_on_saved_tensors")
+    assert saved_line != line and "saved for backward" in saved
+    with pytest.raises(LookupError, match="no top-level setting nope"):
+        inductor_config_comment("nope")
+
+
+def test_welford_statements_dedup_and_filter():
+    code = ("    Welford<float> a = Welford<float>();\n    x = 1;\n"
+            "    Welford<float> a = Welford<float>();\n"
+            "    a = welford_combine(a, welford_vec_reduce_all(v));\n")
+    assert welford_statements([code, code]) == (
+        "Welford<float> a = Welford<float>();",
+        "a = welford_combine(a, welford_vec_reduce_all(v));")
+    assert welford_statements(["int x = 0;"]) == ()
 
 
 def test_steps_graph_is_the_issue_graph():
@@ -92,14 +111,18 @@ def test_summary_needs_runs():
 
 
 def test_summary_counts():
-    same = SeedRun(0, 1144.0, 2.0, 2.0, 2.15, 2.1, 2.0, 2.15, ("t7 = t6.var()",), 1.0, True, 0.3)
+    same = SeedRun(0, 1144.0, 2.0, 2.0, 2.15, 2.1, 2.0, 2.15, ("t7 = t6.var()",), 1.0, True, 0.3,
+                   0.0, True, True)
     off = SeedRun(1, 1120.0, 2.0, 2.1, 1.8, 2.2, 2.0, 1.8, ("t7 = t6.var()", "pow(t4, t7)", "t11"),
-                  2.0, True, 0.2)
+                  2.0, True, 0.2, 1.0, False, False)
     s = summarize_issue_runs([same, off])
     assert s.compiled_equal == 1 and s.step_differs["pow(t4, t7)"] == 1
     assert s.output_differs_only_with_inner_pow and s.t7_max_ulps == 2.0
     assert s.no_emulation_equal_t4_fp32 == 2 and s.t4_range == (1120.0, 1144.0)
     assert s.no_emulation_closer == 1  # 2.15 is closer to 2.1 than eager's 2.0; 1.8 to 2.2 is not
+    # pow ulps only over seeds whose pow differs; one seed breaks "pow follows t7"
+    assert s.pow_ulps_range == (1.0, 1.0) and not s.pow_follows_compiled_t7
+    assert s.eager_var_fp64_rounded == 1
 
 
 @pytest.mark.slow
@@ -120,8 +143,13 @@ def test_issue_163449_on_cpu():
     import torch._inductor.config as cfg
 
     before = cfg.emulate_precision_casts
-    s = summarize_issue_runs(run_issue_163449(range(8)))
+    code = []
+    s = summarize_issue_runs(run_issue_163449(range(8), steps_code=code))
     assert cfg.emulate_precision_casts == before
+    # eager var is fp64 rounded once; the compiled var is an fp32 Welford reduction
+    assert s.eager_var_fp64_rounded == 8
+    assert any(st.startswith("Welford<") for st in welford_statements(code))
+    assert s.pow_follows_compiled_t7
     # as filed (emulation on): no divergence of the issue's size, t3 and t4 equal
     assert s.compiled_max_rel < 1e-3
     assert s.step_differs["t3 = addmm"] == s.step_differs["t4 = t3.norm()"] == 0

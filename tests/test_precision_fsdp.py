@@ -17,6 +17,7 @@ from explainers.precision_fsdp import (
     dtype_name,
     fsdp_reduce_dtypes,
     fsdp_reduce_dtypes_many,
+    gradient_divide_factors,
     op_name,
     parse_dtype,
 )
@@ -194,3 +195,28 @@ def test_helpers():
     assert op_name(ReduceOp.PREMUL_SUM(0.25)) == "PREMUL_SUM(0.25)"
     with pytest.raises(TypeError, match="not a torch.distributed.ReduceOp"):
         op_name("AVG")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64, 128])
+def test_fp16_divides_by_n_in_two_parts(n):
+    f = gradient_divide_factors(torch.float16, n)
+    assert f["reduce_scatter"] == "SUM"
+    assert f["pre"] * f["post"] == n
+    assert f["pre"] & (f["pre"] - 1) == 0    # a power of two
+
+
+def test_bf16_fp32_use_avg_except_one_rank_and_forced_sum():
+    assert gradient_divide_factors(torch.bfloat16, 4) == {"pre": None, "post": None, "reduce_scatter": "AVG"}
+    assert gradient_divide_factors(torch.float32, 1)["reduce_scatter"] == "SUM"
+    forced = gradient_divide_factors(torch.float32, 4, force_sum_reduction_for_comms=True)
+    assert forced == {"pre": None, "post": 4.0, "reduce_scatter": "SUM"}
+    assert gradient_divide_factors(torch.bfloat16, 4, device_type="mtia") == forced
+
+
+def test_gradient_divide_factors_bad_input():
+    with pytest.raises(ValueError, match="floating"):
+        gradient_divide_factors(torch.int64, 2)
+    with pytest.raises(ValueError, match="data_parallel_size"):
+        gradient_divide_factors(torch.float16, 0)
+    with pytest.raises(TypeError, match="data_parallel_size"):
+        gradient_divide_factors(torch.float16, True)

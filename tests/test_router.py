@@ -129,6 +129,25 @@ def test_fp32_agrees_and_b_rounds_more_in_bf16():
     assert cb16.max_err_b > cb16.max_err_a
 
 
+def test_softmax_dtype_casts_once_at_the_end():
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(64, 32, generator=g) * 2).bfloat16()
+    idx, w = full_softmax_then_renorm(logits, 4, softmax_dtype=torch.float32)
+    p, i32 = torch.topk(torch.softmax(logits.float(), dim=-1), 4, dim=-1)
+    assert w.dtype == torch.bfloat16 and torch.equal(idx, i32)
+    assert torch.equal(w, (p / p.sum(-1, keepdim=True)).bfloat16())
+    with pytest.raises(TypeError, match="softmax_dtype must be a floating-point dtype"):
+        full_softmax_then_renorm(logits, 4, softmax_dtype="float32")
+
+
+def test_b32_rounds_like_a_in_bf16():
+    c = compare_routers(torch.bfloat16, tokens=1024, n_experts=64, k=4)
+    assert c.max_ulps_b32 < 0.501 < 1 < c.max_ulps_b
+    assert c.rows_a_not_reference == c.rows_b32_not_reference == 0
+    assert c.rows_b_not_reference == c.rows_different_set
+    assert c.max_sum_drift_b32 <= c.max_sum_drift_a < c.max_sum_drift_b
+
+
 def test_k1_gradient():
     g = k1_router_gradients()
     assert torch.equal(g["topk_softmax"], torch.zeros_like(g["topk_softmax"]))
