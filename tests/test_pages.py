@@ -22,7 +22,7 @@ from myst_nb.core.read import read_myst_markdown_notebook
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # An explainer page starts its stamp in its first cell; index and verification are not explainers.
-PAGES = sorted(p for p in DOCS.glob("*.md") if "begin_page()" in p.read_text(encoding="utf-8"))
+PAGES = sorted(p for p in DOCS.glob("*.md") if "\nbegin_page()\n" in p.read_text(encoding="utf-8"))
 
 # A link into pytorch/pytorch is a thread (issue, pull request) or a file at a release tag.
 PYTORCH_LINK = re.compile(r"https?://github\.com/pytorch/pytorch/[^\s)>\]\"'`]*")
