@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PRIMARY", "SUPPORTED", "ReleaseNotProvisioned", "cache_root", "env_python", "release_of",
-           "run_under"]
+__all__ = ["PRIMARY", "SUPPORTED", "ReleaseNotProvisioned", "cache_root", "env_python", "on_each_release",
+           "release_of", "run_under"]
 
 SUPPORTED: tuple[str, ...] = (
     "2.15.0",
@@ -109,6 +109,31 @@ def run_under(release: str, target: str, *args: Any, timeout: float = 900, **kwa
         raise RuntimeError(f"{target} under torch {release} failed (exit {proc.returncode}):\n"
                            f"{(proc.stdout + proc.stderr)[-3000:]}")
     return json.loads(proc.stdout.rsplit("\n@@result@@\n", 1)[-1])
+
+
+def on_each_release(target: str, *args: Any, here: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """``target``'s result on every supported release whose environment exists, newest first.
+
+    ``here``, when given, is the result already computed in this process (this torch's
+    release is then not launched again).  A release with no environment on this machine
+    (``nox -s docs`` builds with the primary only) maps to ``None``: a page shows it as
+    not built here, and asserts only what it ran.
+
+    >>> on_each_release("explainers.nothing:here", here=1)  # doctest: +SKIP
+    {'2.15.0': 1, '2.14.1': ...}
+    """
+    import torch
+
+    this = release_of(torch.__version__)
+    out: dict[str, Any] = {}
+    for release in SUPPORTED:
+        if release == this and here is not None:
+            out[release] = here
+        elif env_python(release).exists():
+            out[release] = run_under(release, target, *args, **kwargs)
+        else:
+            out[release] = None
+    return out
 
 
 def _child() -> None:
