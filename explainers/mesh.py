@@ -12,7 +12,8 @@ Both are *global* state.  :func:`simulated_world` and :func:`simulated_mesh`
 open them together and always close them together, so a page or a test can open
 another simulated world afterwards, or a real process group.
 
-Both rely on private PyTorch APIs (``_local_tensor``) pinned to torch 2.14.1.
+Both rely on private PyTorch APIs (``_local_tensor``), checked on torch 2.14.1 and 2.15.0
+(:data:`explainers.releases.SUPPORTED`).
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def from_local(local: Any, mesh: Any, placements: Sequence[Any] | None = None) -
     more than it expected).  Here the global shape comes from
     the real local sizes, all-gathered by PyTorch's
     ``compute_global_tensor_shape`` one sharded mesh dim at a time (it supports
-    only a 1-D mesh and one placement in torch 2.14.1), innermost mesh dim
+    only a 1-D mesh and one placement in torch 2.14.1 and 2.15.0), innermost mesh dim
     first, and is passed to ``from_local`` with a contiguous stride.
 
     ``placements`` defaults to all-Replicate, which on a submesh "forgets" the
@@ -302,7 +303,7 @@ def _per_rank_sizes() -> Iterator[None]:
 
     Under ``LocalTensorMode`` a size that differs between ranks (after a
     ``from_local`` that forgot a mesh dim over uneven shards: 8 on k=0, 7 on
-    k=1) is a ``SymInt`` backed by ``LocalIntNode``.  In torch 2.14.1 the
+    k=1) is a ``SymInt`` backed by ``LocalIntNode``.  In torch 2.14.1 and 2.15.0 the
     redistribute planner and transform-info caches hash the ``DTensorSpec``
     holding it and fail with ``TypeError: unhashable type: non-nested SymInt``.
     ``_redistribute._are_we_tracing() -> True`` selects their uncached paths
@@ -401,7 +402,7 @@ class Redistribution:
 def redistribute_log() -> Iterator[list[str]]:
     """Collect what DTensor's redistribute logs, instead of printing it to stderr.
 
-    In torch 2.14.1 ``torch.distributed.tensor._redistribute`` logs a warning
+    In torch 2.14.1 and 2.15.0 ``torch.distributed.tensor._redistribute`` logs a warning
     (once per mesh and dims) when a multi-dim change runs as several
     sequential collectives.  Inside this block those messages are appended to
     the yielded list and do not propagate to torch's stderr handler.
@@ -454,7 +455,7 @@ def per_rank_int(value: Any, world_size: int | None = None) -> dict[int, int]:
     """``{rank: int}`` for a size or rank that may differ per simulated rank.
 
     Under ``LocalTensorMode`` such values are ``SymInt`` backed by a
-    ``LocalIntNode`` (torch 2.14.1); a plain int is the same on every rank.
+    ``LocalIntNode`` (torch 2.14.1 and 2.15.0); a plain int is the same on every rank.
 
     >>> import torch.distributed as dist
     >>> with simulated_world(4):

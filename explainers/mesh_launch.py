@@ -65,6 +65,8 @@ class RealRun:
     nproc: int
     probes: list[GatherProbe] = field(default_factory=list)  # every rank merged in
     fsdp: FsdpLayout | None = None  # every rank's rows merged in
+    #: explainers.mesh_probes.broadcast_probe: {"m": {rank: whose tensor it holds}, ...}
+    broadcast: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,10 @@ def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> Re
         payloads = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
     runs = [[Step.from_dict(d) for d in p["steps"]] for p in payloads]
     layouts = [FsdpLayout.from_dict(p["fsdp"]) for p in payloads]
+    broadcast = {
+        mesh: dict(sorted((int(r), v) for p in payloads for r, v in p["broadcast"][mesh].items()))
+        for mesh in payloads[0]["broadcast"]
+    }
     if len({fl.placements for fl in layouts}) != 1:
         raise RuntimeError("the ranks disagree on the FSDP2 weight's placements")
     return RealRun(
@@ -171,6 +177,7 @@ def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> Re
             layouts[0].placements,
             dict(sorted((r, v) for fl in layouts for r, v in fl.rows.items())),
         ),
+        broadcast=broadcast,
     )
 
 
@@ -209,42 +216,70 @@ def launch_verbatim(numel: int, nproc: int = 8, timeout: float = 300.0) -> Verba
     )
 
 
-def record_key(numel: int) -> str:
-    """What a stored real run depends on: the walkthrough's code, torch, and the size.
+def record_key(numel: int, torch_version: str | None = None) -> str:
+    """What a stored real run depends on: the walkthrough's code, torch, Python, the size.
+
+    ``torch_version`` defaults to the installed ``torch.__version__``: a run made with one
+    torch release is never reused under another.
 
     >>> record_key(15) == record_key(15) != record_key(16)
     True
+    >>> record_key(15, "2.14.1+cu130") != record_key(15, "2.15.0+cu132")
+    True
     """
-    import torch
+    if torch_version is None:
+        import torch
 
+        torch_version = torch.__version__
     h = hashlib.sha256()
     for name in ("mesh.py", "mesh_run.py", "mesh_launch.py", "mesh_probes.py"):
         h.update((Path(__file__).parent / name).read_bytes())
-    h.update(f"{torch.__version__}|{sys.version_info[:2]}|{numel}".encode())
+    h.update(f"{torch_version}|{sys.version_info[:2]}|{numel}".encode())
     return h.hexdigest()[:16]
 
 
 def _records_dir() -> Path:
-    default = Path.home() / ".cache" / "torch-explainers" / "mesh-runs"
-    return Path(os.environ.get("TORCH_EXPLAINERS_MESH_RUNS", default))
+    from explainers.releases import cache_root
+
+    return Path(os.environ.get("TORCH_EXPLAINERS_MESH_RUNS", cache_root() / "mesh-runs"))
+
+
+def _record_path(kind: str, numel: int) -> Path:
+    """``<kind>-<numel>-torch<version>-<key>.json``: the torch version is in the name too,
+    so that storing a run for one release (which removes that release's older records)
+    leaves the records of every other release alone."""
+    import torch
+
+    version = re.sub(r"[^0-9A-Za-z.+]", "_", torch.__version__)
+    return _records_dir() / f"{kind}-{numel}-torch{version}-{record_key(numel)}.json"
 
 
 def _store(kind: str, numel: int, data: dict) -> Path:
-    d = _records_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{kind}-{numel}-{record_key(numel)}.json"
+    import torch
+
+    path = _record_path(kind, numel)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(json.dumps({**data, "torch": torch.__version__}))
     tmp.replace(path)  # atomic: a reader never sees half a record
-    for stale in d.glob(f"{kind}-{numel}-*.json"):
-        if stale != path:  # recorded by older code or another torch: never read again
+    prefix = path.name[: -len(f"-{record_key(numel)}.json")]
+    for stale in path.parent.glob(f"{prefix}-*.json"):
+        if stale != path:  # recorded by older code with this torch: never read again
             stale.unlink(missing_ok=True)
     return path
 
 
 def _stored(kind: str, numel: int) -> dict | None:
-    path = _records_dir() / f"{kind}-{numel}-{record_key(numel)}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """The stored record, or ``None`` if there is none for this code, size and torch."""
+    import torch
+
+    path = _record_path(kind, numel)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.pop("torch", None) != torch.__version__:  # the key says so too; belt and braces
+        return None
+    return data
 
 
 def save_record(run: RealRun, numel: int) -> Path:
@@ -253,6 +288,7 @@ def save_record(run: RealRun, numel: int) -> Path:
         "steps": [s.to_dict() for s in run.steps],
         "probes": [p.to_dict() for p in run.probes],
         "fsdp": None if run.fsdp is None else run.fsdp.to_dict(),
+        "broadcast": run.broadcast,
         **{k: getattr(run, k) for k in ("wall_s", "walkthrough_s", "nproc")},
     }
     return _store("walkthrough", numel, data)
@@ -269,13 +305,16 @@ def real_run(numel: int, timeout: float = 300.0) -> RealRun:
     The comparison test launches the run and stores it.  A page calls this
     to reuse that run when nothing it depends on has changed (same
     :func:`record_key`: the walkthrough's code, torch, Python, the size);
-    otherwise it launches one itself (about 30 s on 2 cores) and stores it.  Records live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default
-    ``~/.cache/torch-explainers/mesh-runs``.
+    otherwise it launches one itself (about 30 s on 2 cores) and stores it.  Records
+    live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default ``mesh-runs`` under
+    :func:`explainers.releases.cache_root`, one per torch version.
     """
     data = _stored("walkthrough", numel)
     if data is not None:
         fsdp = data.pop("fsdp")
+        broadcast = {m: {int(r): v for r, v in held.items()} for m, held in data.pop("broadcast").items()}
         return RealRun(
+            broadcast=broadcast,
             steps=[Step.from_dict(d) for d in data.pop("steps")],
             probes=[GatherProbe.from_dict(d) for d in data.pop("probes")],
             fsdp=None if fsdp is None else FsdpLayout.from_dict(fsdp),

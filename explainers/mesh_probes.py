@@ -4,7 +4,7 @@ what DTensor does when one ``redistribute`` changes several mesh dims.
 Everything here runs unchanged in a simulated world (:func:`explainers.mesh.simulated_mesh`)
 and under a real process group (``explainers.mesh_run`` under ``torchrun``), so the page
 can compare the two.  Private PyTorch APIs used are named where they are used; they are
-pinned to torch 2.14.1.
+checked on torch 2.14.1 and 2.15.0 (:data:`explainers.releases.SUPPORTED`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ __all__ = [
     "GatherProbe",
     "SimulationTrace",
     "SweepPoint",
+    "broadcast_probe",
     "fragment_code",
     "fsdp_tp_layout",
     "gather_probes",
     "merge_probes",
     "padded_gather",
     "planned_mesh_dims",
+    "release_observations",
     "replaced_functions",
     "run_fragment",
     "simulation_trace",
@@ -122,8 +124,8 @@ def replaced_functions() -> dict[str, str]:
     """What each function that ``LocalTensorMode`` replaces while active is right now:
     ``{"DeviceMesh.get_rank": "DeviceMesh.get_rank", ...}`` (name -> ``__qualname__``).
 
-    The names are read from ``torch.distributed._local_tensor`` (torch 2.14.1: the
-    private tuples ``_PATCHED_DEVICE_MESH_METHODS``, ``_PATCHED_DIST_FUNCTIONS`` and
+    The names are read from ``torch.distributed._local_tensor`` (torch 2.14.1 and 2.15.0:
+    the private tuples ``_PATCHED_DEVICE_MESH_METHODS``, ``_PATCHED_DIST_FUNCTIONS`` and
     ``_PATCHED_RANDOM_FUNCTIONS``), so a torch that patches more shows more.  Inside a
     simulated world the values name the per-rank versions (``_LocalDeviceMesh...``).
 
@@ -258,7 +260,8 @@ def gather_probes(mesh: Any) -> list[GatherProbe]:
     The flattened dim stays on ``mesh`` afterwards.
 
     DTensor logs its "sequential operations" warning once per process for each
-    (mesh, mesh dims, reason) (torch 2.14.1: the set ``_redistribute._warned_flatten_issues``);
+    (mesh, mesh dims, reason) (torch 2.14.1 and 2.15.0: the set
+    ``_redistribute._warned_flatten_issues``);
     each probe empties that set first, so that it records the warning whatever ran before.
     """
     import torch.distributed.tensor._redistribute as rd
@@ -396,7 +399,7 @@ def planned_mesh_dims(x: Any, placements: Sequence[Any]) -> tuple[int, ...]:
     """The mesh dims of the steps DTensor's planner makes for ``x -> placements``, in order,
     before ``_optimize_transform_infos`` merges any of them.
 
-    Calls the planner as ``redistribute_local_tensor`` does (torch 2.14.1:
+    Calls the planner as ``redistribute_local_tensor`` does (torch 2.14.1 and 2.15.0:
     ``_redistribute._gen_transform_infos_non_cached`` on the two ``DTensorSpec`` objects).
 
     >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -442,6 +445,114 @@ def merge_probes(per_rank_runs: Sequence[Sequence[GatherProbe]]) -> list[GatherP
     return merged
 
 
+# -- broadcast from a source rank ------------------------------------------------------------
+
+#: The meshes :func:`broadcast_probe` broadcasts over, by their dims' names.
+BROADCAST_MESHES: tuple[tuple[str, ...], ...] = (("m",), ("n",), ("k",), ("m", "n", "k"))
+
+
+def broadcast_probe(mesh: Any, src_data_rank: int = 1) -> dict[str, dict[int, int]]:
+    """Whose tensor every rank holds after ``distribute_tensor(t, sub, [R, ...],
+    src_data_rank=src_data_rank)``, where each rank's ``t`` holds its own rank number.
+
+    ``sub`` is, in turn, ``mesh["m"]``, ``mesh["n"]``, ``mesh["k"]`` and ``mesh["m", "n",
+    "k"]`` of a 2x2x2 mesh.  DTensor broadcasts a ``Replicate`` mesh dim with
+    ``mesh_broadcast(..., group_src=src_data_rank)``: the source is group rank
+    ``src_data_rank`` of every group along that mesh dim.  Returns ``{"m": {rank: held},
+    ...}`` with the keys ``"m"``, ``"n"``, ``"k"``, ``"m,n,k"``: every rank simulated, or
+    this rank under a real process group.
+
+    >>> from explainers.mesh import simulated_mesh
+    >>> with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    ...     broadcast_probe(mesh)["k"]
+    {0: 1, 1: 1, 2: 3, 3: 3, 4: 5, 5: 5, 6: 7, 7: 7}
+    """
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    from explainers.mesh import rank_local
+
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
+        raise ValueError(
+            "broadcast_probe needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
+            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
+        )
+    if isinstance(src_data_rank, bool) or not isinstance(src_data_rank, int) or not (
+        0 <= src_data_rank < 2
+    ):
+        raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
+    out = {}
+    for dims in BROADCAST_MESHES:
+        sub = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
+        mine = rank_local([[r, r] for r in range(8)])  # rank r holds [r, r]
+        x = distribute_tensor(mine, sub, [Replicate()] * len(dims), src_data_rank=src_data_rank)
+        out[",".join(dims)] = {s.rank: s.values[0] for s in rank_states(x, mesh)}
+    return out
+
+
+def release_observations() -> dict:
+    """What this page observes in a simulated 2x2x2 world under the installed torch, as JSON
+    data, so that :func:`explainers.releases.run_under` can compare releases.
+
+    Keys: ``torch`` (the version), ``walkthrough`` (every step of ``walkthrough(mesh,
+    15)``: label, collectives, every rank's values), ``shard_order`` (of ``[S(0), S(0),
+    S(0)]``), ``strided`` (the fragment's ``_StridedShard`` state: stored ``shard_order``
+    and the mesh dims DTensor decodes), ``probes`` (:func:`gather_probes`: collectives,
+    messages, right or not), ``sweep_right`` (the sizes of 4..20 that
+    :func:`uneven_gather_sweep` gets right), ``fragment15`` (the fragment as written on 15
+    elements: the line it stops in and the error) and ``broadcast``
+    (:func:`broadcast_probe` with ``src_data_rank=1``, values by rank).
+    """
+    import torch
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from explainers.mesh import simulated_mesh, walkthrough
+    from explainers.render import arange_nd
+
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        steps = walkthrough(mesh, 15)
+        x = distribute_tensor(arange_nd(16), mesh, [Shard(0)] * 3, src_data_rank=None)
+        order = [[e.tensor_dim, list(e.mesh_dims)] for e in x._spec.shard_order]
+        strided = [_StridedShard(0, split_factor=4), _StridedShard(0, split_factor=2), Shard(0)]
+        y = distribute_tensor(arange_nd(16), mesh, strided, src_data_rank=None)
+        _, decoded = DTensorSpec._normalize_placements_into_shard_order(tuple(strided), mesh)
+        started: list[int] = []
+        try:
+            run_fragment(mesh, 15, started.append)
+            fragment = "no error"
+        except Exception as e:  # noqa: BLE001  the error is the observation
+            fragment = f"{type(e).__name__}: {e}"
+        broadcast = broadcast_probe(mesh)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        probes = gather_probes(mesh)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        sweep = uneven_gather_sweep(mesh, range(4, 21))
+    return {
+        "torch": torch.__version__,
+        "walkthrough": [
+            {
+                "label": s.label,
+                "comms": s.redistribution.comms if s.redistribution else {},
+                "values": [r.values for r in s.ranks],
+            }
+            for s in steps
+        ],
+        "shard_order": order,
+        "strided": {
+            "stored": None if y._spec.shard_order is None else str(y._spec.shard_order),
+            "decoded": [[e.tensor_dim, list(e.mesh_dims)] for e in decoded],
+        },
+        "probes": [
+            {"label": p.label, "comms": p.comms, "warnings": list(p.warnings), "correct": p.correct}
+            for p in probes
+        ],
+        "sweep_right": [p.numel for p in sweep if p.correct],
+        "fragment15": {"line": FRAGMENT[started[-1]][1] if started else None, "error": fragment},
+        "broadcast": {k: [v[r] for r in range(8)] for k, v in broadcast.items()},
+    }
+
+
 # -- FSDP2 over tensor parallelism --------------------------------------------------------
 
 
@@ -469,7 +580,7 @@ def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
     value ``i``.  Under a real process group the result holds this rank's rows.  In a
     simulated world it holds every rank's rows, and they are wrong: FSDP2 takes a rank's
     shard index from ``ProcessGroup.rank()``, which the ``fake`` backend answers with one
-    plain ``0`` for every simulated rank (torch 2.14.1), so every ``dp`` rank keeps the
+    plain ``0`` for every simulated rank (torch 2.14.1 and 2.15.0), so every ``dp`` rank keeps the
     chunk of ``dp = 0``.
     """
     import torch

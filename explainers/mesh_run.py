@@ -8,9 +8,10 @@ gathers every rank's locals and prints, for every step, the same drawing and
 per-rank listing as the page.  With ``--out DIR`` each rank also writes what it
 held at every step to ``DIR/rank<r>.json`` (the comparison test reads those),
 together with the page's probes of multi-dim redistributes
-(:func:`explainers.mesh_probes.gather_probes`) and of FSDP2 over tensor
-parallelism (:func:`explainers.mesh_probes.fsdp_tp_layout`), which run after the
-walkthrough.
+(:func:`explainers.mesh_probes.gather_probes`), of ``distribute_tensor``'s broadcast
+from group rank 1 (:func:`explainers.mesh_probes.broadcast_probe`) and of FSDP2 over
+tensor parallelism (:func:`explainers.mesh_probes.fsdp_tp_layout`), which run after
+the walkthrough.
 
 With ``--verbatim`` each process instead runs the fragment exactly as written
 (:func:`explainers.mesh_probes.run_fragment`), appending the index of every line
@@ -71,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = walkthrough(mesh, args.numel)
         seconds = time.perf_counter() - start
         if args.out is not None:
-            from explainers.mesh_probes import fsdp_tp_layout, gather_probes
+            from explainers.mesh_probes import broadcast_probe, fsdp_tp_layout, gather_probes
 
             probes = gather_probes(mesh)
+            broadcast = broadcast_probe(mesh)
             fsdp = fsdp_tp_layout(make_mesh((4, 2), ("dp", "tp"), device_type=args.device))
             args.out.mkdir(parents=True, exist_ok=True)
             payload = {
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": seconds,
                 "steps": [s.to_dict() for s in steps],
                 "probes": [p.to_dict() for p in probes],
+                "broadcast": broadcast,
                 "fsdp": fsdp.to_dict(),
             }
             (args.out / f"rank{rank}.json").write_text(json.dumps(payload))

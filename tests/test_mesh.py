@@ -122,3 +122,22 @@ def test_mesh_run_refuses_outside_torchrun():
         timeout=60,
     )
     assert out.returncode == 2 and "run me under torchrun" in out.stderr
+
+
+def test_stored_runs_are_kept_per_torch_version(tmp_path, monkeypatch):
+    """A run stored under one torch version is neither read nor removed under another."""
+    import torch
+
+    from explainers import mesh_launch
+
+    monkeypatch.setenv("TORCH_EXPLAINERS_MESH_RUNS", str(tmp_path))
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
+    old = mesh_launch._store("verbatim", 15, {"x": 1})
+    assert "torch2.14.1+cu130" in old.name and mesh_launch._stored("verbatim", 15) == {"x": 1}
+    monkeypatch.setattr(torch, "__version__", "2.15.0+cu132")
+    assert mesh_launch._stored("verbatim", 15) is None
+    new = mesh_launch._store("verbatim", 15, {"x": 2})
+    assert old.exists() and new != old and mesh_launch._stored("verbatim", 15) == {"x": 2}
+    # A record whose content names another torch is not trusted, whatever its name.
+    new.write_text(old.read_text())
+    assert mesh_launch._stored("verbatim", 15) is None

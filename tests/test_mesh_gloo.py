@@ -14,7 +14,8 @@ from explainers.mesh_launch import (
     save_record,
     save_verbatim,
 )
-from explainers.mesh_probes import gather_probes
+from explainers.mesh_probes import broadcast_probe, gather_probes
+from explainers.releases import release_of
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +25,7 @@ def test_simulated_matches_real_gloo(numel):
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
         simulated = walkthrough(mesh, numel)
         probes = gather_probes(mesh)
+        broadcast = broadcast_probe(mesh)
     real = launch_walkthrough(numel, timeout=420)  # ~30 s idle; minutes on a loaded 2-core box
     assert [s.label for s in real.steps] == [s.label for s in simulated]
     for sim, got in zip(simulated, real.steps, strict=True):
@@ -40,6 +42,15 @@ def test_simulated_matches_real_gloo(numel):
     # the wrong ones of the merged uneven all-gather, are those of the simulation.
     assert real.probes == probes
     assert [p.correct for p in real.probes] == [True, True, True, False]
+    # distribute_tensor's broadcast from group rank 1: every rank holds the tensor of the
+    # rank with coordinate 1 on the broadcast dims.  The simulation of 2.15.0 agrees on
+    # every mesh; that of 2.14.1 only on k, whose groups are consecutive ranks.
+    assert real.broadcast["k"] == {0: 1, 1: 1, 2: 3, 3: 3, 4: 5, 5: 5, 6: 7, 7: 7}
+    assert real.broadcast["m,n,k"] == dict.fromkeys(range(8), 7)
+    if release_of(torch.__version__) == "2.14.1":
+        assert [d for d in real.broadcast if real.broadcast[d] == broadcast[d]] == ["k"]
+    else:
+        assert real.broadcast == broadcast
     # FSDP2 over TP: the rows each rank holds are those of [_StridedShard(0, 2), Shard(0)].
     weight = torch.arange(16).unsqueeze(1).expand(16, 2).contiguous()
     with simulated_mesh((4, 2), ("dp", "tp")) as mesh42:
@@ -55,6 +66,7 @@ def test_simulated_matches_real_gloo(numel):
     save_record(real, numel)
     assert real_run(numel).steps == real.steps
     assert real_run(numel).probes == real.probes and real_run(numel).fsdp == real.fsdp
+    assert real_run(numel).broadcast == real.broadcast
 
 
 def test_fragment_as_written_fails_in_unshard_n_on_real_gloo():

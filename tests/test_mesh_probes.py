@@ -174,3 +174,56 @@ def test_fsdp_layout_simulated_keeps_dp_zero_rows():
     assert layout.placements == ("_S(0, sf=2)", "S(0)")
     # ProcessGroup.rank() is 0 for every simulated rank: every dp rank keeps dp 0's rows.
     assert layout.rows == {r: [0, 1] if r % 2 == 0 else [8, 9] for r in range(8)}
+
+
+def _group_rank_1(dims):
+    """What real processes hold after a broadcast from group rank 1 along ``dims`` of the
+    2x2x2 mesh: the tensor of the rank whose coordinate is 1 on each of those dims."""
+    held = {}
+    for r in range(8):
+        coord = [(r >> 2) & 1, (r >> 1) & 1, r & 1]
+        for d in dims:
+            coord["mnk".index(d)] = 1
+        held[r] = 4 * coord[0] + 2 * coord[1] + coord[2]
+    return held
+
+
+def test_broadcast_probe_by_release():
+    from explainers.mesh_probes import broadcast_probe
+    from explainers.releases import release_of
+
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        held = broadcast_probe(mesh)
+        from_zero = broadcast_probe(mesh, 0)
+        with pytest.raises(ValueError, match="group rank"):
+            broadcast_probe(mesh, 2)
+    assert list(held) == ["m", "n", "k", "m,n,k"]
+    assert held["k"] == _group_rank_1("k")  # consecutive ranks: right on both releases
+    assert from_zero["m,n,k"] == dict.fromkeys(range(8), 0)
+    if release_of(torch.__version__) == "2.14.1":
+        # source = lowest rank of the group + root: a rank outside the group on m and n
+        assert held["m"] == {0: 1, 1: 2, 2: 3, 3: 1, 4: 1, 5: 2, 6: 3, 7: 1}
+        assert all(held[d][r] != _group_rank_1(d)[r] for d in ("m", "n") for r in range(8))
+        assert held["m,n,k"] == dict.fromkeys(range(8), 2)
+    else:
+        assert all(held[d] == _group_rank_1(d.split(",")) for d in held)
+    with simulated_mesh((2, 4), ("m", "n")) as mesh, pytest.raises(ValueError, match="2x2x2"):
+        broadcast_probe(mesh)
+
+
+def test_release_observations_agree_but_for_the_broadcast():
+    """Every observation of the page is the same on every supported release, except the
+    simulated broadcast from group rank 1, which 2.15.0 fixed."""
+    from explainers.releases import SUPPORTED, run_under
+
+    obs = {rel: run_under(rel, "explainers.mesh_probes:release_observations") for rel in SUPPORTED}
+    assert {rel: o["torch"].split("+")[0] for rel, o in obs.items()} == {r: r for r in SUPPORTED}
+    same = [{k: v for k, v in o.items() if k not in ("torch", "broadcast")} for o in obs.values()]
+    assert all(s == same[0] for s in same)
+    assert same[0]["sweep_right"] == [7, 8, 15, 16]
+    assert same[0]["fragment15"] == {
+        "line": "shard N", "error": "TypeError: unhashable type: non-nested SymInt"}
+    right = {d: [_group_rank_1(d.split(","))[r] for r in range(8)] for d in ("m", "n", "k", "m,n,k")}
+    assert obs["2.15.0"]["broadcast"] == right
+    assert obs["2.14.1"]["broadcast"]["k"] == right["k"]
+    assert obs["2.14.1"]["broadcast"]["m,n,k"] == [2] * 8

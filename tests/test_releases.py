@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from explainers.releases import PRIMARY, SUPPORTED, ReleaseNotProvisioned, env_python, release_of, run_under
+from explainers.releases import (
+    PRIMARY,
+    SUPPORTED,
+    ReleaseNotProvisioned,
+    env_python,
+    release_of,
+    run_under,
+)
 from explainers.versions import DIFFERENCES, matrix, read_records
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -22,7 +29,7 @@ def test_releases_are_listed_newest_first_and_the_newest_is_primary():
     assert len(SUPPORTED) == len(set(SUPPORTED)) >= 2
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", r) for r in SUPPORTED)
     assert list(SUPPORTED) == sorted(SUPPORTED, key=_key, reverse=True)
-    assert PRIMARY == SUPPORTED[0]
+    assert SUPPORTED[0] == PRIMARY
 
 
 def test_this_torch_is_a_supported_release():
