@@ -31,6 +31,7 @@ extensions = [
     "parallel_exec",  # -j safe: cache database made before workers fork, per-process kernel ports
     "strict_exec",  # a failed cell fails the build, after every failing page is listed
     "release_records",  # the Versions page is re-read every build: it reports the other releases
+    "exact_streams",  # printed output shown as written, not as the kernel's flushes happened to cut it
 ]
 
 exclude_patterns = [

@@ -18,22 +18,27 @@ fp32 model, runs one forward and backward, and records what actually happened:
 Everything is returned as plain data (dtypes as strings such as
 ``"torch.bfloat16"``), so the ranks can run under another Python environment
 (another torch release: pass its interpreter as ``python=``) and the result
-still compares.
+still compares.  :func:`fsdp_reduce_report` takes and returns JSON only, for
+:func:`explainers.releases.run_under`: one call observes another release's
+FSDP2 and reads that release's source of the decision.
 
-Observed with torch 2.14.1 (``python -m explainers.precision_fsdp``):
-``param_dtype=bf16, reduce_dtype=None`` reduce-scatters a bf16 buffer with
-``ReduceOp.AVG`` and leaves an fp32 sharded ``.grad``; ``reduce_dtype=fp32``
-reduce-scatters fp32 (the bf16 gradients are cast when FSDP2 copies them into
-the reduce-scatter buffer).
+What ``param_dtype=bf16, reduce_dtype=None`` does differs between releases
+(``python -m explainers.precision_fsdp`` shows it): torch 2.14.1 reduce-scatters
+the bf16 gradients as they are, in bf16; torch 2.15.0 copies them into an fp32
+buffer and reduce-scatters fp32, the parameters' dtype.  Both use
+``ReduceOp.AVG`` and leave an fp32 sharded ``.grad``.
 
-Private or semi-private PyTorch APIs used by the ranks (pinned to torch 2.14.1):
-``torch.utils._python_dispatch.TorchDispatchMode`` (to see the ``c10d::`` and
-``fsdp::`` ops as dispatched), and the knowledge that FSDP2 calls
+Private or semi-private PyTorch APIs used by the ranks (checked on torch 2.14.1
+and 2.15.0): ``torch.utils._python_dispatch.TorchDispatchMode`` (to see the
+``c10d::`` and ``fsdp::`` ops as dispatched; FSDP2's copy into the
+reduce-scatter buffer is ``fsdp::chunk_cat`` in 2.14.1 and
+``fsdp::chunk_cat_mixed_dtype`` in 2.15.0), and the knowledge that FSDP2 calls
 ``torch.distributed.reduce_scatter_single`` / ``torch.distributed.all_reduce``
 through the module attribute (``_fully_shard/_fsdp_collectives.py``), which is
 why wrapping those two attributes sees the ``ReduceOp``.  If a release moves
 the reduction elsewhere, the dispatcher still sees the c10d op and the ranks
-fail with an error saying the entry point changed, instead of reporting nothing.
+fail with an error saying the entry point changed, instead of reporting nothing;
+if it renames the copy-in, they fail saying so.
 
 The pure helpers need no processes:
 
@@ -66,9 +71,12 @@ __all__ = [
     "dtype_name",
     "fsdp_reduce_dtypes",
     "fsdp_reduce_dtypes_many",
+    "fsdp_reduce_report",
     "gradient_divide_factors",
+    "leaf_grad_dtype",
     "op_name",
     "parse_dtype",
+    "reduce_dtype_source",
 ]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +137,7 @@ def op_name(op: Any) -> str:
 
 
 class _SizedGroup:
-    # _get_gradient_divide_factors (torch 2.14.1) only calls .size() on the groups it is
+    # _get_gradient_divide_factors (torch 2.14.1, 2.15.0) only calls .size() on the groups it is
     # given, so a stand-in with that method lets it run without a process group.
     def __init__(self, size: int) -> None:
         self._size = size
@@ -148,7 +156,7 @@ def gradient_divide_factors(
     """FSDP2's choice of ``ReduceOp`` and divisions for one gradient reduce-scatter.
 
     Calls the installed FSDP2's private ``_get_gradient_divide_factors``
-    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, torch 2.14.1)
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, torch 2.14.1 and 2.15.0)
     for a reduce-scatter group of ``data_parallel_size`` ranks, no HSDP
     all-reduce group and no custom divide factor, and returns what it picks:
     the division before the collective (``"pre"``), after it (``"post"``) and
@@ -197,7 +205,7 @@ def _check_world_size(world_size: object) -> int:
         raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
     if world_size < 2:
         # With one rank FSDP2 copies the gradient instead of reduce-scattering
-        # it (foreach_reduce, torch 2.14.1): there would be nothing to observe.
+        # it (foreach_reduce, torch 2.14.1 and 2.15.0): there would be nothing to observe.
         raise ValueError(
             f"world_size must be at least 2 (one rank issues no reduce-scatter), got {world_size}"
         )
@@ -231,8 +239,10 @@ def fsdp_reduce_dtypes(
     ``all_gather_dtypes``
         dtypes of the parameter all-gathers (the compute dtype);
     ``unsharded_grad_dtype``
-        dtype of the gradients autograd produced, as FSDP2 copied them into its
-        reduce-scatter buffer;
+        dtype of the gradients FSDP2 took from the unsharded parameters' ``.grad``
+        and copied into its reduce-scatter buffer;
+    ``copy_in_dtype``
+        dtype of that buffer (the copy casts where the two differ);
     ``reduce_scatters``, ``all_reduces``
         one dict per gradient collective: ``input_dtype`` and ``output_dtype``
         of the tensors passed to ``torch.distributed``, ``op`` (see
@@ -250,8 +260,8 @@ def fsdp_reduce_dtypes(
     output (warnings included) is captured.
 
     >>> r = fsdp_reduce_dtypes(torch.bfloat16, None)  # doctest: +SKIP
-    >>> r["reduce_scatter_dtype"], r["reduce_op"], r["sharded_grad_dtype"]  # doctest: +SKIP
-    ('torch.bfloat16', 'AVG', 'torch.float32')
+    >>> r["reduce_op"], r["sharded_grad_dtype"]  # doctest: +SKIP
+    ('AVG', 'torch.float32')
     >>> fsdp_reduce_dtypes(world_size=1)
     Traceback (most recent call last):
     ...
@@ -429,7 +439,8 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
             kwargs = kwargs or {}
             ns = func.namespace
             if ns in ("c10d", "fsdp"):
-                events.append({"kind": ns, "name": str(func), "dtypes": _dtypes(list(args))})
+                events.append({"kind": ns, "name": str(func), "dtypes": _dtypes(list(args)),
+                               "out_dtypes": _dtypes(list(kwargs.values()))})
             elif func in (torch.ops.aten.div_.Scalar, torch.ops.aten.div_.Tensor):
                 divisor = args[1]
                 events.append(
@@ -441,7 +452,7 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
                 )
             return func(*args, **kwargs)
 
-    # FSDP2 (torch 2.14.1, _fsdp_collectives.py) looks these up on the
+    # FSDP2 (torch 2.14.1 and 2.15.0, _fsdp_collectives.py) looks these up on the
     # torch.distributed module at call time (`dist.reduce_scatter_single(...)`,
     # `dist.all_reduce(...)`), so wrapping the module attributes sees the exact
     # tensors and ReduceOp it passes.  The dispatcher log above shows what then
@@ -517,7 +528,7 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
         # collective; one of the output, as "post" until the next collective.
         # Matching by storage address is sound inside these windows, where the
         # buffers are alive.
-        copy_ins = [j for j in range(lo) if events[j].get("name", "").startswith("fsdp.chunk_cat")]
+        copy_ins = [j for j in range(lo) if events[j].get("name") in _COPY_IN_OPS]
         prev_hi = max(copy_ins + [calls[i - 1]["event_range"][1] if i else 0])
         next_lo = calls[i + 1]["event_range"][0] if i + 1 < len(calls) else len(events)
         if any(dt != str(inp.dtype) for op in c10d for dt in op["dtypes"]):
@@ -550,12 +561,20 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
     rs_ops = {r["op"] for r in reduce_scatters}
     if len(rs_dtypes) != 1 or len(rs_ops) != 1:
         raise RuntimeError(f"reduce-scatters disagree: {reduce_scatters}")
-    copy_in = [e for e in events if e.get("name", "").startswith("fsdp.chunk_cat")]
-    # chunk_cat(grads, dim, num_chunks, out=buffer): all but the last dtype are the grads'.
-    grad_dtypes = {dt for e in copy_in for dt in e["dtypes"][:-1]}
+    copy_in = [e for e in events if e.get("name") in _COPY_IN_OPS]
+    if not copy_in:
+        fsdp_ops = sorted({e["name"] for e in events if e["kind"] == "fsdp"})
+        raise RuntimeError(
+            f"FSDP2 in torch {torch.__version__} copied the gradients in with none of "
+            f"{sorted(_COPY_IN_OPS)}; its fsdp ops were {fsdp_ops}")
+    # chunk_cat[_mixed_dtype](grads, dim, num_chunks, *, out=buffer): the positional
+    # tensors are the gradients, the out= tensor the reduce-scatter buffer.
+    grad_dtypes = {dt for e in copy_in for dt in e["dtypes"]}
+    buffer_dtypes = {dt for e in copy_in for dt in e["out_dtypes"]}
     sharded = {str(p.grad.to_local().dtype) for p in model.parameters()}
-    if len(grad_dtypes) != 1 or len(sharded) != 1 or len(orig_dtypes) != 1:
-        raise RuntimeError(f"non-uniform dtypes: grads {grad_dtypes}, sharded .grad {sharded}")
+    if len(grad_dtypes) != 1 or len(buffer_dtypes) != 1 or len(sharded) != 1 or len(orig_dtypes) != 1:
+        raise RuntimeError(f"non-uniform dtypes: grads {grad_dtypes}, buffers {buffer_dtypes}, "
+                           f"sharded .grad {sharded}")
     # The value check: the reduced gradient is the ranks' mean (AVG), not their
     # sum, to within the rounding of bf16/fp16 compute and communication.
     worst = 0.0
@@ -576,6 +595,7 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
         "orig_dtype": orig_dtypes.pop(),
         "all_gather_dtypes": all_gathers,
         "unsharded_grad_dtype": grad_dtypes.pop(),
+        "copy_in_dtype": buffer_dtypes.pop(),
         "reduce_scatters": reduce_scatters,
         "all_reduces": all_reduces,
         "reduce_scatter_dtype": rs_dtypes.pop(),
@@ -606,8 +626,13 @@ def _mean_grads_fp64(model: torch.nn.Module, world_size: int) -> dict[str, torch
     return {n: p.grad / world_size for n, p in ref.named_parameters()}
 
 
+# FSDP2's copy of the gradients into the reduce-scatter buffer, as dispatched:
+# foreach_reduce_scatter_copy_in calls fsdp::chunk_cat in torch 2.14.1 and
+# fsdp::chunk_cat_mixed_dtype, which casts to the buffer's dtype, in 2.15.0.
+_COPY_IN_OPS = frozenset({"fsdp.chunk_cat.default", "fsdp.chunk_cat_mixed_dtype.default"})
+
 # Positional parameter names of the wrapped functions (output tensor first for
-# reduce_scatter_single, as in torch 2.14.1's distributed_c10d.py).
+# reduce_scatter_single, as in torch 2.14.1's and 2.15.0's distributed_c10d.py).
 _PARAMS = {
     "reduce_scatter_single": ("output", "input", "op", "group", "async_op"),
     "reduce_scatter_tensor": ("output", "input", "op", "group", "async_op"),

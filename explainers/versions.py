@@ -40,6 +40,18 @@ DIFFERENCES: tuple[Difference, ...] = (
                "LocalTensorMode's emulated broadcast from a group rank other than 0: 2.14.1 takes the "
                "source from the wrong rank, silently, along mesh dims whose groups are not consecutive "
                "ranks; 2.15.0 broadcasts what gloo broadcasts"),
+    Difference("allocator", "versions-allocator-free",
+               "the host allocator's free() when recording an event fails: 2.14.1 lets the exception "
+               "out, 2.15.0 catches it and warns once; in both the block is not reused"),
+    Difference("allocator", "versions-allocator-stats",
+               "the host allocator's per-bucket statistics: 2.14.1 updates one shared counter array "
+               "from pools that hold different mutexes, 2.15.0 keeps them per pool under a new "
+               "innermost stats_.allocations_mutex_"),
+    Difference("allocator", "versions-allocator-empty-cache",
+               "the host allocator's empty_cache(): 2.14.1 reads a pool's block set without its "
+               "blocks_mutex_ and re-locks instance_mutex_ it already holds; 2.15.0 does neither"),
+    Difference("allocator", "versions-allocator-record-stream",
+               "aten::record_stream's kernels: 2.15.0 adds MPS; neither release has a CPU kernel"),
 )
 
 

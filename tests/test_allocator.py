@@ -44,9 +44,14 @@ from explainers.allocator.torchpaths import (
     native_dispatch,
 )
 from explainers.allocator.tsan import parse_flag_help, parse_tsan
+from explainers.releases import SUPPORTED, env_python, release_of
 
 DATA = Path(__file__).parent / "data" / "tsan"
-RUNS = sorted(DATA.glob("atomics_removed_run*.txt"))
+# Reports name header lines by number: each release's stored runs are classified against
+# its own header, so the tests read the folder of the torch they run under.
+RELEASE = release_of(find_torch().version)
+RELEASE_DATA = DATA / RELEASE
+RUNS = sorted(RELEASE_DATA.glob("atomics_removed_run*.txt"))
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +65,12 @@ def sources(torch_install):
 
 
 # ---------------------------------------------------------------- parser
+
+
+def test_every_supported_release_has_its_stored_runs():
+    for release in SUPPORTED:
+        assert len(sorted((DATA / release).glob("atomics_removed_run*.txt"))) == 3, release
+        assert (DATA / release / "mixed.txt").is_file(), release
 
 
 @pytest.mark.parametrize("path", RUNS, ids=lambda p: p.name)
@@ -129,7 +140,7 @@ def test_truncated_report_is_kept_and_flagged():
 
 
 def test_mixed_report_kinds_and_unrestored_stack(sources):
-    log = parse_tsan((DATA / "mixed.txt").read_text())
+    log = parse_tsan((RELEASE_DATA / "mixed.txt").read_text())
     assert [r.kind for r in log.reports] == ["data race", "lock-order-inversion"]
     assert log.warnings_reported == 2 and not log.truncated
     (race,) = log.data_races
@@ -170,9 +181,10 @@ def test_overlay_changes_only_the_four_declarations(torch_install):
     text = torch_install.header.read_text()
     out, changes = remove_atomics(text)
     assert len(out.split("\n")) == len(text.split("\n"))
-    assert [c[0] for c in changes] == [46, 1296, 1297, 1298]
+    expected = {"2.14.1": [46, 1296, 1297, 1298], "2.15.0": [45, 1345, 1346, 1347]}[RELEASE]
+    assert [c[0] for c in changes] == expected
     diff = [i for i, (a, b) in enumerate(zip(text.split("\n"), out.split("\n"), strict=True)) if a != b]
-    assert [i + 1 for i in diff] == [46, 1296, 1297, 1298]
+    assert [i + 1 for i in diff] == expected
     assert all("PlainAtomic<" in after and "std::atomic" not in after for _, _, after in changes)
 
 
@@ -204,19 +216,24 @@ def test_lock_order_from_installed_header(torch_install):
     assert set(order.independent) == {
         "events_mutex_", "external_registrations_mutex_", "profiling_mutex_"
     }
+    # 2.15.0's Note adds one sentence the drawing does not hold.
+    innermost = {"2.14.1": {}, "2.15.0": {"stats_.allocations_mutex_": "nothing is taken while holding it."}}
+    assert order.innermost == innermost[RELEASE]
     svg = to_svg(order, {"profiling_mutex_": "#fc8"})
-    assert svg.count("<rect") == 8 and 'fill="#fc8"' in svg
+    assert svg.count("<rect") == 8 + len(order.innermost) and 'fill="#fc8"' in svg
+    assert ("innermost (" in svg) == bool(order.innermost)
 
 
 # ---------------------------------------------------------------- header structure
 
 
 def test_mutexes_declared_by_the_installed_header(torch_install):
+    stats = {"2.14.1": ["timing_mutex_"], "2.15.0": ["timing_mutex_", "allocations_mutex_"]}[RELEASE]
     assert declared_mutexes(torch_install.header.read_text()) == {
         "HostBlock": ["mutex_"],
         "FreeBlockList": ["mutex_"],
         "PinnedReserveSegment": ["mutex_"],
-        "HostStatsStaged": ["timing_mutex_"],
+        "HostStatsStaged": stats,
         "HostBlockPool": ["blocks_mutex_", "events_mutex_"],
         "CachingHostAllocatorImpl": ["instance_mutex_", "profiling_mutex_", "external_registrations_mutex_"],
     }
@@ -226,34 +243,48 @@ def test_context_accesses_in_the_installed_header(torch_install):
     text = torch_install.header.read_text()
     acc = member_accesses(text, "block->context_when_allocated_", "(block->mutex_);")
     table = [(a.line, a.kind, a.function, a.locked) for a in acc]
-    assert table == [
-        (359, "write", "allocate", True), (366, "read", "allocate", True),
-        (367, "read", "allocate", False),  # "} else if (... ||" closes the locked block first
-        (373, "write", "allocate", True), (416, "write", "allocate", False),
-        (425, "read", "allocate", False), (447, "read", "free", False),
-        (835, "read", "maybe_cache_block", True), (836, "write", "maybe_cache_block", True),
-        (1155, "read", "getSegments", True),
-    ]
-    assert find_line(text, "add_allocated_block(block, pool);", 400) == 417  # publishes after L416
+    # The same ten accesses in both releases; 2.15.0's lines moved.
+    lines = {"2.14.1": [359, 366, 367, 373, 416, 425, 447, 835, 836, 1155],
+             "2.15.0": [362, 369, 370, 376, 419, 428, 450, 878, 879, 1204]}[RELEASE]
+    assert table == [(no, *rest) for no, rest in zip(lines, [
+        ("write", "allocate", True), ("read", "allocate", True),
+        ("read", "allocate", False),  # "} else if (... ||" closes the locked block first
+        ("write", "allocate", True), ("write", "allocate", False),
+        ("read", "allocate", False), ("read", "free", False),
+        ("read", "maybe_cache_block", True), ("write", "maybe_cache_block", True),
+        ("read", "getSegments", True),
+    ], strict=True)]
+    publish = {"2.14.1": 417, "2.15.0": 420}[RELEASE]
+    assert find_line(text, "add_allocated_block(block, pool);", 400) == publish  # right after the write
 
 
 def test_what_record_history_gates(torch_install):
     text = torch_install.header.read_text()
     gates = {enclosing_function(text, no)[1]: no for no in find_lines(text, "record_history_.load(")}
-    assert gates == {"allocate": 355, "maybe_cache_block": 820, "record_trace": 1086,
-                     "isHistoryEnabled": 1126, "recordExternalRegister": 1188}
-    assert gated_region(text, 355) == (355, 374)
-    assert gated_region(text, 820) == (820, 837)
+    expected = {
+        "2.14.1": {"allocate": 355, "maybe_cache_block": 820, "record_trace": 1086,
+                   "isHistoryEnabled": 1126, "recordExternalRegister": 1188},
+        "2.15.0": {"allocate": 358, "maybe_cache_block": 863, "record_trace": 1135,
+                   "isHistoryEnabled": 1175, "recordExternalRegister": 1237},
+    }[RELEASE]
+    assert gates == expected
+    assert gated_region(text, gates["allocate"]) == (gates["allocate"], gates["allocate"] + 19)
+    assert gated_region(text, gates["maybe_cache_block"]) == (gates["maybe_cache_block"],
+                                                              gates["maybe_cache_block"] + 17)
     # Negated early returns gate the rest of their function.
-    assert gated_region(text, 1086) == (1089, 1101)
-    assert gated_region(text, 1188) == (1191, 1210)
+    trace = gates["record_trace"]
+    assert gated_region(text, trace) == (trace + 3, {"2.14.1": 1101, "2.15.0": 1150}[RELEASE])
+    reg = gates["recordExternalRegister"]
+    assert gated_region(text, reg) == (reg + 3, reg + 22)
     with pytest.raises(ValueError, match="does not open an if block"):
-        gated_region(text, 1126)
+        gated_region(text, gates["isHistoryEnabled"])
 
 
 def test_record_stream_dispatch_table(torch_install):
+    # 2.15.0 registers an MPS kernel too.
+    extra = {"2.14.1": {}, "2.15.0": {"MPS": "record_stream_mps"}}[RELEASE]
     assert native_dispatch(torch_install, "record_stream") == {
-        "CUDA": "record_stream_cuda", "XPU": "record_stream_xpu"}
+        "CUDA": "record_stream_cuda", "XPU": "record_stream_xpu", **extra}
     # A multi-key line and a following entry are parsed too.
     assert native_dispatch(torch_install, "isposinf")["SparseCsrMeta"] == "isposinf_sparse_csr"
     with pytest.raises(ValueError, match="no '- func: record_streams\\(' entry"):
@@ -316,7 +347,7 @@ def test_gxx_without_tsan(tmp_path):
 def test_header_without_snapshot_code(tmp_path):
     root = _fake_torch(tmp_path / "torch", "struct HostBlock { bool allocated_; };\n")
     spec = B.BuildSpec("shipped", find_torch(root))
-    with pytest.raises(SnapshotCodeMissingError, match=r"#182407.*pip install torch==2\.14\.1"):
+    with pytest.raises(SnapshotCodeMissingError, match=r"#182407.*pip install torch==2\.15\.0"):
         # Fails on the header check, before any compiler is needed.
         B.build(spec, "/nonexistent/g++", "g++ 0", cache=tmp_path / "cache")
 
@@ -412,7 +443,7 @@ def test_reader_script_is_the_runner_commands(torch_install):
 def _stored_run(name: str, sources):
     from explainers.allocator.runner import Run
 
-    text = (DATA / name).read_text() if name else ""
+    text = (RELEASE_DATA / name).read_text() if name else ""
     log = parse_tsan(text)
     records = [classify(r, sources) for r in log.data_races]
     return Run(f"./{name or 'shipped'}", 66 if records else 0, {}, text, 0.1, log, records)
@@ -421,9 +452,9 @@ def _stored_run(name: str, sources):
 @pytest.mark.parametrize("max_attempts, expected_runs", [(8, 3), (2, 2)])
 def test_rounds_repeat_the_other_build_until_every_field_has_raced(monkeypatch, sources, max_attempts,
                                                                    expected_runs):
-    """atomics_removed_run1.txt is a real run that found both families but no race on
-    `context_recorder_` (as a loaded CI machine once did): the runner must go on to a run
-    that has every field, within its bound, and stop there; the shipped build runs in
+    """Each release's atomics_removed_run1.txt is a real run that found both families but no
+    race on `context_recorder_` (as a loaded CI machine once did): the runner must go on to a
+    run that has every field, within its bound, and stop there; the shipped build runs in
     every round."""
     from types import SimpleNamespace
 
@@ -444,3 +475,96 @@ def test_rounds_repeat_the_other_build_until_every_field_has_raced(monkeypatch, 
     missed = set() if max_attempts == 8 else {"context_recorder_"}
     assert repro.no_atomics.final.complete_fields == set(ATOMIC_FIELDS) - missed
     assert {"A", "B"} <= repro.no_atomics.final.families
+
+
+# ---------------------------------------------------------------- releases side by side
+
+
+def test_header_facts_of_the_installed_torch(torch_install):
+    from explainers.allocator.compare import REGIONS, header_facts
+
+    facts = header_facts()
+    assert release_of(facts["version"]) == RELEASE
+    assert facts["lines"] == len(torch_install.header.read_text().splitlines())
+    # for_each_bucket is new in 2.15.0; every other region is in both releases.
+    missing = {"2.14.1": {"for_each_bucket"}, "2.15.0": set()}[RELEASE]
+    assert set(REGIONS) == set(facts["regions"])
+    assert {name for name, region in facts["regions"].items() if region is None} == missing
+    text = torch_install.header.read_text().splitlines()
+    for region in filter(None, facts["regions"].values()):
+        assert region["text"].splitlines() == text[region["start"] - 1:region["end"]]
+    sites = facts["allocations_mutex_sites"]
+    assert [s["function"] for s in sites] == {
+        "2.14.1": [], "2.15.0": ["getStats", "resetAccumulatedStats", "resetPeakStats", "add_allocated_block",
+                                 "destroy_block"]}[RELEASE]
+    assert all(s["nested"] == [] for s in sites)
+    assert len(facts["atomic_declarations"]) == len(ATOMIC_FIELDS)
+    assert ["maybeGatherContext", "if (record_context_.load(std::memory_order_acquire) < level) {"] in (
+        facts["atomic_uses"])
+
+
+def test_lock_sites_see_a_nested_lock():
+    from explainers.allocator.compare import lock_sites
+
+    code = ("struct S {\n  void f() {\n    std::lock_guard<std::mutex> g(a_);\n"
+            "    std::lock_guard<std::mutex> h(b_);\n    record_trace(x);\n  }\n};")
+    assert lock_sites(code, "g(a_);") == [{"line": 3, "function": "f", "nested": [4, 5]}]
+
+
+def test_region_helpers_reject_what_is_not_there():
+    from explainers.allocator.compare import region_lines, side_by_side
+
+    with pytest.raises(ValueError, match="does not occur"):
+        region_lines("int x;", ("struct HostBlockPool {", None))
+    with pytest.raises(ValueError, match="at least one release"):
+        side_by_side({}, "stats")
+
+
+def test_a_comment_excerpt_is_not_highlighted_as_cpp():
+    from explainers.allocator.compare import side_by_side
+
+    note = {"start": 1, "end": 1, "text": " * it holds that pool's mutex together with default_pool_'s."}
+    code = {"start": 1, "end": 1, "text": "  std::mutex m_;"}
+    assert "```text\n" in side_by_side({RELEASE: {"regions": {"r": note}}}, "r")
+    assert "```cpp\n" in side_by_side({RELEASE: {"regions": {"r": code}}}, "r")
+
+
+def _other_releases():
+    return [r for r in SUPPORTED if r != RELEASE]
+
+
+@pytest.mark.skipif(not all(env_python(r).exists() for r in _other_releases()),
+                    reason="another supported release's environment is not provisioned here")
+def test_facts_of_every_release_and_what_changed_between_them():
+    from explainers.allocator.compare import facts_by_release
+
+    facts = facts_by_release()
+    assert list(facts) == list(SUPPORTED)
+    old, new = facts["2.14.1"], facts["2.15.0"]
+    # What the page's TSAN part rests on is the same in both releases.
+    assert old["atomic_declarations"] == new["atomic_declarations"]
+    assert old["atomic_uses"] == new["atomic_uses"]
+    assert old["lock_order"]["edges"] == new["lock_order"]["edges"]
+    # What changed: a mutex for the allocation counters, innermost in the Note.
+    assert old["mutexes"]["HostStatsStaged"] == ["timing_mutex_"]
+    assert new["mutexes"]["HostStatsStaged"] == ["timing_mutex_", "allocations_mutex_"]
+    assert old["lock_order"]["innermost"] == {}
+    assert list(new["lock_order"]["innermost"]) == ["stats_.allocations_mutex_"]
+    assert "active_bucket_stats" in old["regions"]["stats"]["text"]
+    assert "active_bucket_stats" in new["regions"]["pool"]["text"]
+    assert old["regions"]["for_each_bucket"] is None and new["regions"]["for_each_bucket"] is not None
+    assert "pool_from_block" in old["regions"]["process_available"]["text"]
+    assert "pool_from_block(" not in new["regions"]["process_available"]["text"].replace(
+        "skip pool_from_block()", "")
+
+
+def test_a_release_not_provisioned_here_is_none(monkeypatch, tmp_path):
+    from explainers.allocator import compare
+
+    monkeypatch.setenv("TORCH_EXPLAINERS_CACHE", str(tmp_path))
+    facts = compare.facts_by_release()
+    assert list(facts) == list(SUPPORTED)
+    assert {r for r, f in facts.items() if f is None} == set(_other_releases())
+    assert release_of(facts[RELEASE]["version"]) == RELEASE
+    shown = compare.side_by_side(facts, "stats")
+    assert all(f"**{r}**: not built here" in shown for r in _other_releases())

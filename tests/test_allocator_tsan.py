@@ -52,3 +52,20 @@ def test_second_call_is_served_from_cache(repro):
 def test_reproduce_without_gxx(tmp_path):
     with pytest.raises(CompilerNotFoundError):
         reproduce(path=str(tmp_path))
+
+
+def test_free_with_a_failing_event_record():
+    """2.14.1 lets the backend's exception out of free(); 2.15.0 catches it and warns once.
+    In both the block is retired: the next allocation of its size gets a new one."""
+    from explainers.allocator.freefail import free_with_failing_event
+    from explainers.releases import release_of
+
+    got = free_with_failing_event()
+    release = release_of(got["version"])
+    if release == "2.14.1":
+        assert got["free_threw"] and got["exception"] == "event record failed" and got["warnings"] == []
+    else:
+        assert not got["free_threw"] and got["exception"] == ""
+        assert got["warnings"] == ["Failed to record an event while freeing a pinned host block; "
+                                   "the block will not be reused: event record failed"]
+    assert got["block_reused"] is False

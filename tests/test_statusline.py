@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explainers.statusline import NOTES_ORIGINAL, SCRIPT, run_statusline
+from explainers.statusline import SCRIPT, TABLE_COPY, jq_manual_url, run_statusline
 
 pytestmark = pytest.mark.slow  # every case starts bash and jq
 
@@ -71,10 +71,50 @@ def test_malformed_or_odd_json_prints_nothing(text):
     assert_silent(run_statusline(text))
 
 
+NUL_INPUTS = {
+    "in-the-number": doc(42).encode().replace(b"42", b"4\x002"),
+    "after-the-document": doc(42).encode() + b"\x00",
+    "after-the-document-then-junk": doc(42).encode() + b"\x00junk",
+    "after-the-document-then-newline": doc(42).encode() + b"\x00\n" + doc(7).encode(),
+    "before-the-document": b"\x00" + doc(42).encode(),
+    "inside-a-string": doc(42).encode().replace(b'"context_window"', b'"context\x00_window"'),
+    "as-the-value": doc(42).encode().replace(b"42", b'"4\x002"'),
+    "alone": b"\x00",
+}
+
+
+@pytest.mark.parametrize("data", NUL_INPUTS.values(), ids=NUL_INPUTS.keys())
+def test_a_raw_nul_byte_prints_nothing(data):
+    # Raw bytes, not text: $(cat) would drop the NUL with a warning on stderr
+    # (and turn 4 NUL 2 into 42); jq 1.6 alone ignores the rest of a line after
+    # a NUL, so a valid document followed by NUL and junk would still print.
+    assert b"\x00" in data
+    assert_silent(run_statusline(data))
+
+
+def test_what_the_nul_check_prevents():
+    # The same jq program reading stdin itself, without the `read -d ''` guard.
+    jq_alone = ("jq -rs 'if length == 1 then .[0].context_window.remaining_percentage"
+                " | numbers else empty end' 2>/dev/null")
+    proc = run_statusline(NUL_INPUTS["in-the-number"], TABLE_COPY.replace("\\|", "|"))
+    assert proc.stdout == "Context: 42% remaining"
+    assert "ignored null byte" in proc.stderr
+    shown = run_statusline(NUL_INPUTS["after-the-document-then-junk"], jq_alone).stdout
+    if shown == "":
+        pytest.skip("this jq rejects the NUL byte itself")
+    assert shown == "42\n"
+
+
 @pytest.mark.parametrize("text", [doc(1) + "\n" + doc(2), doc(1) + " {}", doc(1) + " 2", "{} " + doc(1)])
 def test_more_than_one_document_prints_nothing(text):
-    # Without -s jq prints one line per document: a second one could add a line.
+    # Without -s and `length == 1`, jq prints the field of each document in
+    # turn, and `{..: 1} {}` prints just 1 (null is dropped by `numbers`).
     assert_silent(run_statusline(text))
+
+
+def test_without_slurp_the_first_of_two_documents_would_show():
+    one_by_one = "jq -r '.context_window.remaining_percentage | numbers' 2>/dev/null"
+    assert run_statusline(doc(1) + " {}", one_by_one).stdout == "1\n"
 
 
 HOSTILE = [
@@ -120,24 +160,43 @@ def test_any_json_value_prints_the_number_or_nothing(value):
         assert proc.stdout == ""
 
 
-def test_the_notes_version_is_broken_by_its_markdown_escape():
+def test_the_table_copy_is_broken_by_its_markdown_escape():
     # With `\|`, echo prints its arguments: the raw input, a literal `|` and the jq program.
-    proc = run_statusline(doc(42), NOTES_ORIGINAL)
+    proc = run_statusline(doc(42), TABLE_COPY)
     assert proc.stdout.startswith('Context: {"context_window"')
     assert "| jq -r" in proc.stdout
 
 
-def test_the_notes_version_with_only_the_pipe_fixed_lets_metacharacters_through(tmp_path):
-    # Nothing runs (printf %s does not evaluate), but the text reaches the
-    # terminal: the reason the corrected script accepts numbers only.
+def test_the_table_copy_with_only_the_pipe_fixed_lets_metacharacters_through(tmp_path):
+    # Nothing runs (bash does not expand the $(...) inside the value of
+    # $remaining again), but the text reaches the terminal: the reason the
+    # corrected script accepts numbers only.
     marker = tmp_path / "pwned"
-    fixed_pipe = NOTES_ORIGINAL.replace("\\|", "|")
+    fixed_pipe = TABLE_COPY.replace("\\|", "|")
     proc = run_statusline(doc(f"$(touch {marker})"), fixed_pipe)
     assert not marker.exists()
     assert proc.stdout == f"Context: $(touch {marker})% remaining"
+
+
+def test_the_table_copy_with_only_the_pipe_fixed_prints_raw_control_characters():
+    # jq -r decodes \u001b: a raw ESC (a terminal escape sequence) reaches stdout.
+    fixed_pipe = TABLE_COPY.replace("\\|", "|")
+    proc = run_statusline(doc("\x1b]0;title\x07"), fixed_pipe)
+    assert proc.stdout == "Context: \x1b]0;title\x07% remaining"
+    assert_silent(run_statusline(doc("\x1b]0;title\x07")))
+
+
+def test_echo_would_take_an_input_of_dash_n_as_its_option():
+    assert run_statusline("-n", 'input=$(cat); echo "$input"').stdout == ""
+    assert run_statusline("-n", "input=$(cat); printf '%s' \"$input\"").stdout == "-n"
 
 
 def test_the_script_is_the_file_the_page_shows():
     page = (SCRIPT.parents[2] / "docs" / "snippets.md").read_text(encoding="utf-8")
     assert "../explainers/snippets/statusline.sh" in page
     assert "\\|" not in SCRIPT.read_text(encoding="utf-8")
+
+
+def test_the_jq_manual_link_names_the_installed_release():
+    url = jq_manual_url()
+    assert re.fullmatch(r"https://jqlang\.org/manual/v\d+\.\d+/", url), url

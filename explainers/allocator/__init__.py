@@ -11,6 +11,8 @@ Submodules, one job each:
 - :mod:`.races` names fields, mutexes and thread roles and groups the races into families;
 - :mod:`.lockorder` draws the documented lock order from the header's Note;
 - :mod:`.pyapi` calls the Python side (``torch.cuda.memory``) without a GPU;
+- :mod:`.compare` reads the header of every supported release, for the side-by-side section;
+- :mod:`.freefail` compiles and runs ``free()`` with a failing event record;
 - :mod:`.errors` holds the errors that say what to install.
 
 >>> from explainers.allocator import overlay

@@ -6,8 +6,10 @@ runs, through ``bash`` with ``TORCH`` set to the torch package folder, so the
 command the page prints is the command that produced the binary.
 
 Products live in ``$TORCH_EXPLAINERS_CACHE/tsan`` (default
-``~/.cache/torch-explainers/tsan``), one folder per SHA-256 of the header, the
-harness, the script (flags included) and the compiler version.
+``~/.cache/torch-explainers/tsan``), one folder per SHA-256 of the torch
+version, the header, the harness, the script (flags included) and the compiler
+version: each supported torch release compiles against its own headers, so two
+releases never share a binary.
 
 >>> spec = BuildSpec("shipped", TorchInstall(Path("/t"), "2.14.1"))
 >>> print(spec.script())  # doctest: +NORMALIZE_WHITESPACE
@@ -184,9 +186,20 @@ class BuildSpec:
         return "\n".join(lines)
 
     def key(self, compiler_version: str) -> str:
-        """SHA-256 over header, harness, script (flags included) and compiler version."""
+        """SHA-256 over torch version, header, harness, script (flags included) and compiler version.
+
+        The version is hashed on its own as well as through the header, so two
+        releases never share a cached binary even where their headers agree:
+
+        >>> from dataclasses import replace
+        >>> from explainers.allocator.torchpaths import find_torch
+        >>> t = find_torch()
+        >>> BuildSpec("shipped", t).key("g++") != BuildSpec("shipped", replace(t, version="0.0")).key("g++")
+        True
+        """
         h = hashlib.sha256()
         for part in (
+            self.torch.version.encode(),
             self.torch.header.read_bytes(),
             HARNESS.read_bytes(),
             self.script().encode(),
@@ -229,7 +242,9 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
         changes = []
 
     cache = cache or cache_root()
-    folder = cache / f"{spec.binary}-{spec.key(compiler_version)[:20]}"
+    # The release in the name too, for whoever looks into the cache folder.
+    release = spec.torch.version.split("+", 1)[0]
+    folder = cache / f"{spec.binary}-{release}-{spec.key(compiler_version)[:20]}"
     meta = folder / "build.json"
     if meta.is_file() and (folder / spec.binary).is_file():
         info = json.loads(meta.read_text())

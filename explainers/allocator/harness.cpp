@@ -1,4 +1,4 @@
-// ThreadSanitizer harness for at::CachingHostAllocatorImpl (torch 2.14.1).
+// ThreadSanitizer harness for at::CachingHostAllocatorImpl (torch 2.14.1, 2.15.0).
 //
 // It instantiates the real, header-only pinned-memory caching allocator from
 // the installed torch (ATen/core/CachingHostAllocator.h) with a fake CPU

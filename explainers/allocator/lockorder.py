@@ -12,13 +12,18 @@ inside::
 
 A continuation ``>`` at column *c* makes the next lock inner to the deepest
 locks that end left of *c*.  Locks whose sentence says "is independent" are
-kept apart.  The SVG is plain code (no graphviz needed).
+kept apart, and so are those whose sentence says "is innermost" (torch 2.15.0's
+Note adds ``stats_.allocations_mutex_ is innermost: nothing is taken while
+holding it.``): such a lock may be taken under any other, and nothing under it.
+The SVG is plain code (no graphviz needed).
 
 >>> order = parse_lock_order(NOTE_SAMPLE)
 >>> order.edges
 [('instance_mutex_', 'pool.blocks_mutex_'), ('pool.blocks_mutex_', 'pool.free_list_[i].mutex_'), ('pool.blocks_mutex_', 'block->mutex_')]
 >>> order.independent
 {'events_mutex_': 'never held together with the above.'}
+>>> order.innermost
+{'stats_.allocations_mutex_': 'nothing is taken while holding it.'}
 """
 
 from __future__ import annotations
@@ -34,25 +39,37 @@ NOTE_SAMPLE = """\
  *   instance_mutex_ > pool.blocks_mutex_ > pool.free_list_[i].mutex_
  *                                        > block->mutex_
  * events_mutex_ is independent: never held together with the above.
+ * stats_.allocations_mutex_ is innermost: nothing is taken while holding it.
  */
 """
 
 _NAME = re.compile(r"[A-Za-z_](?:[\w.\[\]]|->)*")
 _INDEPENDENT = re.compile(r"^\s*\*?\s*(?P<name>[A-Za-z_]\w*) is independent:\s*(?P<why>.*)$")
+_INNERMOST = re.compile(r"^\s*\*?\s*(?P<name>[A-Za-z_][\w.]*) is innermost:\s*(?P<why>.*)$")
 
 
 @dataclass
 class LockOrder:
-    """Locks with their nesting depth, outer->inner edges, and independent locks."""
+    """Locks with their nesting depth, outer->inner edges, independent and innermost locks."""
 
     depth: dict[str, int] = field(default_factory=dict)
     edges: list[tuple[str, str]] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)  # e.g. "(RingBuffer)"
     independent: dict[str, str] = field(default_factory=dict)
+    innermost: dict[str, str] = field(default_factory=dict)  # taken under anything, nothing under it
+
+    @property
+    def names(self) -> list[str]:
+        """Every lock the Note names: the drawing's, the independent ones, the innermost ones.
+
+        >>> parse_lock_order(NOTE_SAMPLE).names[-2:]
+        ['events_mutex_', 'stats_.allocations_mutex_']
+        """
+        return [*self.depth, *self.independent, *self.innermost]
 
 
 def parse_lock_order(header_text: str) -> LockOrder:
-    """Parse the "Lock ordering" drawing and the "is independent" sentences.
+    """Parse the "Lock ordering" drawing and the "is independent" and "is innermost" sentences.
 
     >>> parse_lock_order("no note here")
     Traceback (most recent call last):
@@ -104,19 +121,24 @@ def parse_lock_order(header_text: str) -> LockOrder:
         m = _INDEPENDENT.match(ln)
         if m:
             order.independent[m.group("name")] = m.group("why").strip()
+        m = _INNERMOST.match(ln)
+        if m:
+            order.innermost[m.group("name")] = m.group("why").strip()
         if ln.strip().startswith("*/"):
             break
     return order
 
 
 def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
-    """Draw *order*: outer locks on top, arrows point inward; independents below.
+    """Draw *order*: outer locks on top, arrows point inward; independent and innermost locks below.
 
     *highlight* maps a lock name to a fill colour.
 
     >>> svg = to_svg(parse_lock_order(NOTE_SAMPLE))
     >>> svg.startswith("<svg") and "block-&gt;mutex_" in svg and svg.count("<line") == 3
     True
+    >>> svg.count("<rect"), "innermost (nothing is taken while holding it)" in svg
+    (6, True)
     """
     highlight = highlight or {}
     char_w, box_h, row_h, pad = 7.4, 26, 62, 14
@@ -130,10 +152,16 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
     def width(n):
         return len(label(n)) * char_w + 2 * pad
 
+    # Below the drawing, one row per group of locks the Note keeps apart from it.
+    groups = [(title, names) for title, names in (
+        ("independent (never nested with the above):", list(order.independent)),
+        ("innermost (nothing is taken while holding it):", list(order.innermost)),
+    ) if names]
     pos: dict[str, tuple[float, float, float]] = {}  # name -> (x, y, w)
     total_w = max(
         [sum(width(n) + 24 for n in names) for names in rows.values()]
-        + [sum(width(n) + 24 for n in order.independent) or 0, 300]
+        + [sum(width(n) + 24 for n in names) for _, names in groups]
+        + [max((len(title) * char_w for title, _ in groups), default=0), 300]
     )
     y = 40.0
     for d in sorted(rows):
@@ -144,8 +172,8 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
             pos[n] = (x, y, width(n))
             x += width(n) + 24
         y += row_h
-    ind_y = y + 24
-    height = ind_y + (box_h + 20 if order.independent else 0) + 10
+    group_y = [y + 24 + i * (box_h + 44) for i in range(len(groups))]
+    height = (group_y[-1] + box_h + 10) if groups else y + 10
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w + 20:.0f}" height="{height:.0f}" '
         f'font-family="monospace" font-size="12" role="img" aria-label="lock order">',
@@ -167,16 +195,16 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
             f'fill="{fill}" stroke="#333"/>'
             f'<text x="{x + 10 + w / 2:.1f}" y="{y0 + 17:.1f}" text-anchor="middle">{html.escape(label(n))}</text>'
         )
-    if order.independent:
-        out.append(f'<text x="10" y="{ind_y - 8:.0f}" fill="#444">independent (never nested with the above):</text>')
+    for (title, names), gy in zip(groups, group_y, strict=True):
+        out.append(f'<text x="10" y="{gy - 8:.0f}" fill="#444">{html.escape(title)}</text>')
         x = 10.0
-        for n in order.independent:
+        for n in names:
             w = width(n)
             fill = highlight.get(n, "#ffffff")
             out.append(
-                f'<rect x="{x:.1f}" y="{ind_y:.1f}" width="{w:.1f}" height="{box_h}" rx="5" fill="{fill}" '
+                f'<rect x="{x:.1f}" y="{gy:.1f}" width="{w:.1f}" height="{box_h}" rx="5" fill="{fill}" '
                 f'stroke="#333" stroke-dasharray="4 3"/>'
-                f'<text x="{x + w / 2:.1f}" y="{ind_y + 17:.1f}" text-anchor="middle">{html.escape(n)}</text>'
+                f'<text x="{x + w / 2:.1f}" y="{gy + 17:.1f}" text-anchor="middle">{html.escape(n)}</text>'
             )
             x += w + 24
     out.append("</svg>")

@@ -62,7 +62,7 @@ def remove_atomics(header_text: str) -> tuple[str, list[tuple[int, str, str]]]:
     >>> remove_atomics("bool allocated_{false};")
     Traceback (most recent call last):
     ...
-    explainers.allocator.errors.SnapshotCodeMissingError: expected exactly one std::atomic declaration of each of the four fields; found allocated_: 0, record_history_: 0, context_recorder_: 0, record_context_: 0 (this header is not the 2.14 header with the snapshot code; pip install torch==2.14.1)
+    explainers.allocator.errors.SnapshotCodeMissingError: expected exactly one std::atomic declaration of each of the four fields; found allocated_: 0, record_history_: 0, context_recorder_: 0, record_context_: 0 (this header is not a header with the snapshot code, 2.14 or later; pip install torch==2.15.0)
     """
     rx = re.compile(PATTERN)
     counts = {f: 0 for f in ATOMIC_FIELDS}
@@ -79,8 +79,8 @@ def remove_atomics(header_text: str) -> tuple[str, list[tuple[int, str, str]]]:
         found = ", ".join(f"{f}: {c}" for f, c in counts.items())
         raise SnapshotCodeMissingError(
             "expected exactly one std::atomic declaration of each of the four fields; found "
-            f"{found} (this header is not the 2.14 header with the snapshot code; "
-            "pip install torch==2.14.1)"
+            f"{found} (this header is not a header with the snapshot code, 2.14 or later; "
+            "pip install torch==2.15.0)"
         )
     return "\n".join(out_lines), changes
 

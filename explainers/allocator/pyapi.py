@@ -2,7 +2,7 @@
 
 ``torch.cuda.memory._record_memory_history(..., record_pinned_host_memory=True)``
 turns on host recording; ``torch.cuda.memory._snapshot()`` returns the data
-under ``host_segments`` and ``host_traces``.  In torch 2.14.1 the snapshot
+under ``host_segments`` and ``host_traces``.  In torch 2.14.1 and 2.15.0 the snapshot
 call works without a GPU (it returns empty lists), while turning recording on
 raises when no CUDA driver is present.  This module calls both, and inspects
 the signature and the docstring of the first.
@@ -50,7 +50,7 @@ class PythonApi:
 def inspect_python_api() -> PythonApi:
     """Inspect ``_record_memory_history`` (nothing is called).
 
-    In torch 2.14.1 ``_record_memory_history(enabled, *args, **kwargs)``
+    In torch 2.14.1 and 2.15.0 ``_record_memory_history(enabled, *args, **kwargs)``
     dispatches to a legacy or a new implementation and sets ``__signature__``
     to the new one, so :func:`inspect.signature` shows the real parameters.
     """
@@ -86,7 +86,7 @@ def try_record_host_history() -> HistoryAttempt:
 
     Calls ``_record_memory_history("all", max_entries=1,
     record_pinned_host_memory=True, record_cuda=False)``.  Only a
-    ``RuntimeError`` is caught: that is what torch 2.14.1 raises when there
+    ``RuntimeError`` is caught: that is what torch 2.14.1 and 2.15.0 raise when there
     is no CUDA driver.
     """
     import torch.cuda.memory as mem

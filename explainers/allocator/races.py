@@ -121,9 +121,12 @@ class RaceRecord:
 def load_sources(*paths: str | Path) -> dict[str, dict[int, str]]:
     """Map base name -> {line number: text} for the headers reports point into.
 
+    >>> from explainers.allocator.source import find_line
     >>> from explainers.allocator.torchpaths import find_torch
-    >>> src = load_sources(find_torch().header)
-    >>> "allocated_" in src["CachingHostAllocator.h"][46]
+    >>> header = find_torch().header
+    >>> src = load_sources(header)
+    >>> no = find_line(header.read_text(), "std::atomic<bool> allocated_")
+    >>> "allocated_" in src["CachingHostAllocator.h"][no]
     True
     """
     out: dict[str, dict[int, str]] = {}

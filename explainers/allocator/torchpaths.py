@@ -51,7 +51,7 @@ SNAPSHOT_MARKERS = (
 #: The operator schema file, below the ``torchgen`` package that the torch wheel also installs.
 NATIVE_FUNCTIONS_RELPATH = "torchgen/packaged/ATen/native/native_functions.yaml"
 
-_INSTALL_HINT = "install the pinned version: pip install torch==2.14.1"
+_INSTALL_HINT = "install a supported release: pip install torch==2.15.0 (or 2.14.1)"
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def find_torch(root: str | Path | None = None) -> TorchInstall:
     >>> find_torch("/nonexistent")
     Traceback (most recent call last):
     ...
-    explainers.allocator.errors.TorchHeadersNotFoundError: /nonexistent/include/ATen/core/CachingHostAllocator.h does not exist: this torch installation ships no C++ headers; install the pinned version: pip install torch==2.14.1
+    explainers.allocator.errors.TorchHeadersNotFoundError: /nonexistent/include/ATen/core/CachingHostAllocator.h does not exist: this torch installation ships no C++ headers; install a supported release: pip install torch==2.15.0 (or 2.14.1)
     """
     if root is None:
         spec = importlib.util.find_spec("torch")
@@ -126,14 +126,14 @@ def check_snapshot_code(header_text: str, where: str = "CachingHostAllocator.h")
     >>> check_snapshot_code("struct HostBlock {};", where="old.h")
     Traceback (most recent call last):
     ...
-    explainers.allocator.errors.SnapshotCodeMissingError: old.h lacks the pinned-memory snapshot code added by pytorch/pytorch#182407 (missing: std::vector<HostSegmentInfo> getSegments(), std::vector<TraceEntry> getTraces(), void recordHistory(, c10::RingBuffer<TraceEntry> trace_buffer_;); this explainer needs torch 2.14 or later: pip install torch==2.14.1
+    explainers.allocator.errors.SnapshotCodeMissingError: old.h lacks the pinned-memory snapshot code added by pytorch/pytorch#182407 (missing: std::vector<HostSegmentInfo> getSegments(), std::vector<TraceEntry> getTraces(), void recordHistory(, c10::RingBuffer<TraceEntry> trace_buffer_;); this explainer needs torch 2.14 or later: pip install torch==2.15.0 (or 2.14.1)
     """
     missing = [m for m in SNAPSHOT_MARKERS if m not in header_text]
     if missing:
         raise SnapshotCodeMissingError(
             f"{where} lacks the pinned-memory snapshot code added by pytorch/pytorch#182407 "
             f"(missing: {', '.join(missing)}); this explainer needs torch 2.14 or later: "
-            "pip install torch==2.14.1"
+            "pip install torch==2.15.0 (or 2.14.1)"
         )
 
 
