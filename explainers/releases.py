@@ -79,11 +79,12 @@ def release_of(version: str) -> str:
     return _check(version.split("+", 1)[0])
 
 
-def run_under(release: str, target: str, *args: Any, timeout: float = 900, **kwargs: Any) -> Any:
+def run_under(release: str, target: str, *args: Any, run_timeout: float = 900, **kwargs: Any) -> Any:
     """Call ``module:function`` of this package with JSON-able arguments in ``release``'s
     environment, in a fresh process, and return its JSON-able result.
 
-    The child imports this checkout's ``explainers`` and the other release's torch.
+    The child imports this checkout's ``explainers`` and the other release's torch; it is
+    killed after ``run_timeout`` seconds (a name no target's own keyword uses).
     Raises :class:`ReleaseNotProvisioned` when that environment is missing, and
     ``RuntimeError`` with the child's output when the call fails.
 
@@ -104,7 +105,7 @@ def run_under(release: str, target: str, *args: Any, timeout: float = 900, **kwa
     env = {**os.environ, "PYTHONPATH": str(_ROOT), "PYTHONHASHSEED": "0"}
     payload = json.dumps({"target": target, "args": list(args), "kwargs": kwargs})
     proc = subprocess.run([str(python), "-m", "explainers.releases"], input=payload, text=True,
-                          capture_output=True, env=env, timeout=timeout, cwd=_ROOT)
+                          capture_output=True, env=env, timeout=run_timeout, cwd=_ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"{target} under torch {release} failed (exit {proc.returncode}):\n"
                            f"{(proc.stdout + proc.stderr)[-3000:]}")
@@ -116,8 +117,9 @@ def on_each_release(target: str, *args: Any, here: Any = None, **kwargs: Any) ->
 
     ``here``, when given, is the result already computed in this process (this torch's
     release is then not launched again).  A release with no environment on this machine
-    (``nox -s docs`` builds with the primary only) maps to ``None``: a page shows it as
-    not built here, and asserts only what it ran.
+    maps to ``None`` (``nox`` creates every release's environment; a reader running a page
+    by hand may have only one): a page shows it as not built here, and asserts only what
+    it ran.
 
     >>> on_each_release("explainers.nothing:here", here=1)  # doctest: +SKIP
     {'2.15.0': 1, '2.14.1': ...}
