@@ -310,6 +310,120 @@ def fsdp_reduce_dtypes_many(
     return _launch(specs, world_size, float(timeout), interpreter)
 
 
+def fsdp_reduce_report(
+    policies: Sequence[Sequence[str | None]], world_size: int = 2, timeout: float = 180.0
+) -> dict[str, Any]:
+    """:func:`fsdp_reduce_dtypes_many` with JSON in and out, plus the source that decides.
+
+    For :func:`explainers.releases.run_under`, which runs it under another torch
+    release: ``policies`` are ``[param_dtype, reduce_dtype]`` pairs of dtype names
+    (``"bfloat16"`` or ``"torch.bfloat16"``) or ``None``.  Returns ``torch_version``,
+    ``release`` (:func:`explainers.releases.release_of`), ``runs`` (one
+    :func:`fsdp_reduce_dtypes` result per policy) and ``source``
+    (:func:`reduce_dtype_source` of this torch), so one call, one interpreter,
+    observes a release and reads why.
+
+    >>> fsdp_reduce_report([["bfloat16", "fp32"]])
+    Traceback (most recent call last):
+    ...
+    ValueError: not a torch dtype name: 'fp32'
+    >>> fsdp_reduce_report([[torch.bfloat16, None]])
+    Traceback (most recent call last):
+    ...
+    TypeError: policies[0] must be a pair of dtype names or None, got [torch.bfloat16, None]
+    """
+    from explainers.releases import release_of
+
+    if isinstance(policies, (str, bytes)) or not isinstance(policies, Sequence):
+        raise TypeError(f"policies must be a list of [param_dtype, reduce_dtype] name pairs, got {policies!r}")
+    pairs = []
+    for i, pair in enumerate(policies):
+        if (isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2
+                or not all(n is None or isinstance(n, str) for n in pair)):
+            raise TypeError(f"policies[{i}] must be a pair of dtype names or None, got {list(pair)!r}")
+        pairs.append((parse_dtype(pair[0]), parse_dtype(pair[1])))
+    return {
+        "torch_version": torch.__version__,
+        "release": release_of(torch.__version__),
+        "runs": fsdp_reduce_dtypes_many(pairs, world_size, timeout=timeout),
+        "source": reduce_dtype_source(),
+    }
+
+
+_FSDP2 = "distributed/fsdp/_fully_shard/"
+# Where each release decides the dtype of the gradient reduce-scatter when
+# MixedPrecisionPolicy.reduce_dtype is None, and casts the reduced shard back:
+# (file under torch/, the first line's text, how many lines (None: the whole
+# block), and a line to find first (None: from the top)).
+_REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], ...]] = {
+    "2.14.1": (
+        # foreach_reduce falls back to the dtype of the gradients it was handed.
+        (_FSDP2 + "_fsdp_collectives.py", "grad_dtype = unsharded_grads[0].dtype", 2, None),
+        # ... and casts the reduced shard to the parameters' original dtype.
+        (_FSDP2 + "_fsdp_collectives.py", "_to_dtype_if_needed(reduce_output, orig_dtype)", 1, None),
+    ),
+    "2.15.0": (
+        # Each parameter's gradient dtype: reduce_dtype, else its grad_dtype, else its own dtype.
+        (_FSDP2 + "_fsdp_param.py", "def unsharded_grad_dtype(self)", None, None),
+        # The unsharded parameter's grad_dtype is set to it, so autograd casts to it ...
+        (_FSDP2 + "_fsdp_param.py", "self._unsharded_param.grad_dtype = self.unsharded_grad_dtype", 1, None),
+        # ... except where it is wider than the compute dtype (more bytes) ...
+        (_FSDP2 + "_fsdp_param_group.py", "self._fsdp_params_with_wider_grad_dtype = [", 9,
+         "def _init_mp_dtypes"),
+        # ... whose cast is left to the copy-in.
+        (_FSDP2 + "_fsdp_param_group.py", "def _set_unsharded_grad_dtypes", 5, None),
+        # The reduce dtype: the promotion of those dtypes (without the partial-HSDP case).
+        (_FSDP2 + "_fsdp_param_group.py", "def _get_reduce_dtype(", 11, None),
+        (_FSDP2 + "_fsdp_param_group.py", "return functools.reduce(torch.promote_types, dtypes)", 1,
+         "def _get_reduce_dtype("),
+        # The reduced shard is cast to each parameter's sharded gradient dtype.
+        (_FSDP2 + "_fsdp_collectives.py", "new_output = _to_dtype_if_needed(group_output, grad_dtype)", 1, None),
+        # What the release's MixedPrecisionPolicy docstring says changed.
+        (_FSDP2 + "_fsdp_api.py", ".. versionchanged:: 2.15", 7, None),
+    ),
+}
+
+
+def reduce_dtype_source() -> list[dict[str, str]]:
+    """The installed FSDP2's lines that choose the reduce-scatter dtype when ``reduce_dtype`` is None.
+
+    Read from this torch's files (numbered as installed), one ``{"path", "text"}``
+    per excerpt, ``path`` relative to the ``torch`` package.  The excerpts are
+    listed per release, since the decision moved between files in 2.15.0.
+
+    >>> any("reduce_dtype" in e["text"] for e in reduce_dtype_source())
+    True
+    """
+    from explainers.precision import quote_installed
+    from explainers.releases import release_of
+
+    release = release_of(torch.__version__)
+    if release not in _REDUCE_DTYPE_SOURCE:
+        raise ValueError(f"no FSDP2 reduce-dtype excerpts for torch {release}: "
+                         "add where it decides to _REDUCE_DTYPE_SOURCE")
+    return [{"path": path, "text": quote_installed(path, needle, lines=lines, after=after)}
+            for path, needle, lines, after in _REDUCE_DTYPE_SOURCE[release]]
+
+
+def leaf_grad_dtype(param_dtype: torch.dtype, grad_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of ``.grad`` that autograd leaves on a ``param_dtype`` leaf whose ``grad_dtype`` is set.
+
+    The leaf is used in ``param_dtype`` arithmetic, so its incoming gradient is
+    ``param_dtype``; ``Tensor.grad_dtype`` asks autograd to store it in another
+    dtype, which is how FSDP2 2.15.0 makes its unsharded parameters' gradients
+    arrive in ``reduce_dtype``.
+
+    >>> leaf_grad_dtype(torch.bfloat16, torch.float16)
+    torch.float16
+    """
+    _check_dtype("param_dtype", param_dtype)
+    _check_dtype("grad_dtype", grad_dtype)
+    leaf = torch.zeros(4, dtype=param_dtype, requires_grad=True)
+    leaf.grad_dtype = grad_dtype
+    (leaf * 2).sum().backward()
+    return leaf.grad.dtype
+
+
 def _launch(
     specs: list[list[str | None]], world_size: int, timeout: float, interpreter: str
 ) -> list[dict[str, Any]]:
@@ -656,10 +770,12 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="rendezvous/results directory")
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args(argv)
-    if args.rank is None:  # a person running the module: show both policies
-        pairs = [(torch.bfloat16, None), (torch.bfloat16, torch.float32)]
-        for r in fsdp_reduce_dtypes_many(pairs, args.world_size, timeout=args.timeout):
-            print(json.dumps(r, indent=1))
+    if args.rank is None:  # a person running the module: show both policies, and why
+        report = fsdp_reduce_report([["bfloat16", None], ["bfloat16", "float32"]],
+                                    args.world_size, timeout=args.timeout)
+        print(json.dumps(report["runs"], indent=1))
+        for e in report["source"]:
+            print(f"\ntorch/{e['path']}:\n{e['text']}")
         return 0
 
     import torch.distributed as dist

@@ -52,6 +52,14 @@ DIFFERENCES: tuple[Difference, ...] = (
                "blocks_mutex_ and re-locks instance_mutex_ it already holds; 2.15.0 does neither"),
     Difference("allocator", "versions-allocator-record-stream",
                "aten::record_stream's kernels: 2.15.0 adds MPS; neither release has a CPU kernel"),
+    Difference("precision", "versions-precision-fsdp2-reduce-dtype",
+               "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 "
+               "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16, 2.15.0 copies them into "
+               "an fp32 buffer and reduce-scatters fp32; with reduce_dtype=fp16, 2.15.0 hands the "
+               "collective fp16 gradients (the parameter's grad_dtype), 2.14.1 bf16 ones"),
+    Difference("precision", "versions-precision-refusal-type",
+               "mean() of an integer tensor and argmax() of a bool tensor: 2.14.1 raises RuntimeError, "
+               "2.15.0 NotImplementedError (a RuntimeError subclass), with the same message"),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -17,12 +18,23 @@ from explainers.precision_fsdp import (
     dtype_name,
     fsdp_reduce_dtypes,
     fsdp_reduce_dtypes_many,
+    fsdp_reduce_report,
     gradient_divide_factors,
+    leaf_grad_dtype,
     op_name,
     parse_dtype,
+    reduce_dtype_source,
 )
+from explainers.releases import SUPPORTED, release_of
 
 BF16, FP16, FP32 = "torch.bfloat16", "torch.float16", "torch.float32"
+RELEASE = release_of(torch.__version__)
+# With param_dtype=bf16, per release and reduce_dtype: the dtype of the gradients FSDP2
+# copies in, and of the buffer it copies them into (the reduce-scatter's dtype).
+EXPECTED = {
+    "2.14.1": {None: (BF16, BF16), FP32: (BF16, FP32), FP16: (BF16, FP16)},
+    "2.15.0": {None: (BF16, FP32), FP32: (BF16, FP32), FP16: (FP16, FP16)},
+}
 
 
 @contextlib.contextmanager
@@ -51,29 +63,26 @@ def _capture_everything():
 def launch():
     """One launch, four policies: bf16 compute with reduce_dtype None / fp32 / fp16; all fp32."""
     with _capture_everything() as written:
-        results = fsdp_reduce_dtypes_many(
-            [
-                (torch.bfloat16, None),
-                (torch.bfloat16, torch.float32),
-                (torch.bfloat16, torch.float16),
-                (torch.float32, None),
-            ],
+        report = fsdp_reduce_report(
+            [["bfloat16", None], ["bfloat16", "float32"], ["bfloat16", "float16"], ["float32", None]],
             timeout=420,  # ~15 s idle; minutes on a loaded 2-core box
         )
-    return results, written
+    return report, written
 
 
 @pytest.fixture(scope="module")
 def observed(launch):
-    return launch[0]
+    return launch[0]["runs"]
 
 
 def _common(r):
     assert r["backend"] == "gloo" and r["device"] == "cpu" and r["world_size"] == 2
     assert r["param_dtype"] == BF16 and r["orig_dtype"] == FP32
-    # The parameters are all-gathered, and the gradients computed, in param_dtype.
+    # The parameters are all-gathered in param_dtype; the gradients FSDP2 copies in,
+    # and the buffer it copies them into, are the release's.
     assert r["all_gather_dtypes"] == [BF16]
-    assert r["unsharded_grad_dtype"] == BF16
+    assert (r["unsharded_grad_dtype"], r["copy_in_dtype"]) == EXPECTED[RELEASE][r["reduce_dtype"]]
+    assert r["reduce_scatter_dtype"] == r["copy_in_dtype"]
     assert len(r["reduce_scatters"]) == 1, "fully_shard on the root alone: one group"
     assert r["all_reduces"] == [], "plain FSDP (no HSDP) issues no gradient all-reduce"
     rs = r["reduce_scatters"][0]
@@ -87,18 +96,28 @@ def _common(r):
     assert r["grad_is_rank_mean"] is True
 
 
+def test_every_supported_release_has_expectations():
+    assert set(EXPECTED) == set(SUPPORTED)
+
+
 @pytest.mark.slow
-def test_reduce_dtype_none_reduces_in_bf16_on_2_14(observed):
+def test_reduce_dtype_none_follows_the_release(observed):
     r = observed[0]
-    if not r["torch_version"].startswith("2.14."):
-        pytest.skip(f"expectations are torch 2.14's; ran {r['torch_version']}")
     _common(r)
     assert r["reduce_dtype"] is None
-    # torch 2.14.1: reduce_dtype=None reduces in the gradient's dtype, bf16.
-    assert r["reduce_scatter_dtype"] == BF16
+    # 2.14.1 reduces in the gradients' dtype, bf16; 2.15.0 in the parameters' dtype, fp32.
+    assert r["reduce_scatter_dtype"] == {"2.14.1": BF16, "2.15.0": FP32}[RELEASE]
     assert r["reduce_op"] == "AVG"
     rs = r["reduce_scatters"][0]
     assert rs["pre_divide"] is None and rs["post_divide"] is None
+
+
+@pytest.mark.slow
+def test_report_is_plain_json_with_the_releases_source(launch):
+    report = launch[0]
+    assert json.loads(json.dumps(report)) == report
+    assert report["release"] == RELEASE and report["torch_version"] == torch.__version__
+    assert report["source"] == reduce_dtype_source()
 
 
 @pytest.mark.slow
@@ -131,7 +150,7 @@ def test_no_mixed_precision_stays_fp32(observed):
     r = observed[3]
     # param_dtype equal to the parameters' dtype: no mixed precision, all fp32.
     assert r["param_dtype"] == FP32 and r["reduce_dtype"] is None
-    assert r["all_gather_dtypes"] == [FP32] and r["unsharded_grad_dtype"] == FP32
+    assert r["all_gather_dtypes"] == [FP32] and r["unsharded_grad_dtype"] == r["copy_in_dtype"] == FP32
     assert r["reduce_scatter_dtype"] == FP32 and r["sharded_grad_dtype"] == FP32
     assert r["reduce_op"] == "AVG" and r["grad_is_rank_mean"] is True
 
@@ -182,6 +201,41 @@ def test_bad_input(kwargs, exc, match):
 def test_bad_policies(policies, exc, match):
     with pytest.raises(exc, match=match):
         fsdp_reduce_dtypes_many(policies)
+
+
+@pytest.mark.parametrize(
+    ("policies", "exc", "match"),
+    [
+        ("bfloat16", TypeError, "list of"),
+        ([["bfloat16"]], TypeError, r"policies\[0\] must be a pair"),
+        ([["bfloat16", 16]], TypeError, r"policies\[0\] must be a pair"),
+        ([["bfloat16", "fp16"]], ValueError, "not a torch dtype name: 'fp16'"),
+        ([["bfloat16", "int32"]], ValueError, "floating-point"),
+    ],
+)
+def test_report_bad_policies(policies, exc, match):
+    with pytest.raises(exc, match=match):
+        fsdp_reduce_report(policies)
+
+
+def test_reduce_dtype_source_is_the_releases():
+    text = "\n".join(e["text"] for e in reduce_dtype_source())
+    if RELEASE == "2.14.1":
+        assert "reduce_dtype = reduce_dtype or grad_dtype" in text
+    else:
+        assert "return self.orig_dtype" in text and "torch.promote_types" in text
+        assert "versionchanged:: 2.15" in text
+    # every excerpt is numbered lines of an installed file under FSDP2
+    for e in reduce_dtype_source():
+        assert e["path"].startswith("distributed/fsdp/_fully_shard/")
+        assert all(line.split()[0].isdigit() for line in e["text"].splitlines())
+
+
+def test_leaf_grad_dtype():
+    assert leaf_grad_dtype(torch.bfloat16, torch.float16) == torch.float16
+    assert leaf_grad_dtype(torch.bfloat16, torch.float32) == torch.float32
+    with pytest.raises(ValueError, match="grad_dtype must be a floating-point"):
+        leaf_grad_dtype(torch.bfloat16, torch.int64)
 
 
 def test_helpers():
