@@ -33,9 +33,12 @@ __all__ = [
     "planned_mesh_dims",
     "release_observations",
     "replaced_functions",
+    "replay_broadcast",
     "run_fragment",
+    "scatter_probe",
     "simulation_trace",
     "torch_excerpt",
+    "torch_excerpts",
     "uneven_gather_sweep",
 ]
 
@@ -55,6 +58,11 @@ class SimulationTrace:
     cached_plans: int = 0
     #: Plans made by ``_gen_transform_infos_non_cached`` outside that cache.
     uncached_plans: int = 0
+    #: Every emulated broadcast and scatter, in order: ``{"op": "broadcast" or "scatter",
+    #: "ranks": global ranks of the process-group handle it received, "root": its
+    #: ``root_rank``, "group_offsets": the first rank of every group it serves,
+    #: "scatter_lists": how many lists of inputs a scatter received}``.
+    rooted: list[dict] = field(default_factory=list)
 
 
 @contextmanager
@@ -65,7 +73,9 @@ def simulation_trace() -> Iterator[SimulationTrace]:
     ``torch.distributed._local_tensor._c10d``, which ``LocalTensorMode`` calls through
     its module attribute to compute a collective from the per-rank tensors, and
     ``_redistribute._gen_transform_infos_non_cached``; the cached planner is observed
-    through its ``functools.cache`` statistics.
+    through its ``functools.cache`` statistics.  For each broadcast and scatter it also
+    records what the emulation received (:attr:`SimulationTrace.rooted`), before the
+    emulation runs, so a call that then fails is recorded too.
 
     >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     >>> from explainers.mesh import simulated_mesh
@@ -93,6 +103,8 @@ def simulation_trace() -> Iterator[SimulationTrace]:
     def counting(name: str, fn: Callable, counter: Counter) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             counter[name] += 1
+            if name in _ROOTED:
+                trace.rooted.append(_rooted_call(name, fn, emulation, args, kwargs))
             return fn(*args, **kwargs)
 
         return wrapper
@@ -118,6 +130,32 @@ def simulation_trace() -> Iterator[SimulationTrace]:
         trace.cached_plans = (after.hits - before.hits) + (after.misses - before.misses)
         # A cache miss calls _gen_transform_infos_non_cached too; count only the direct calls.
         trace.uncached_plans = plans["non_cached"] - (after.misses - before.misses)
+
+
+#: The emulations whose arguments simulation_trace() records, and the op each one is.
+_ROOTED = {"_local_broadcast_": "broadcast", "_local_scatter_": "scatter"}
+
+
+def _rooted_call(name: str, fn: Callable, emulation: Any, args: tuple, kwargs: dict) -> dict:
+    """What ``_c10d._local_broadcast_`` or ``_local_scatter_`` received (torch 2.14.1 and 2.15.0:
+    ``(tensors..., process_group_so, root_rank, ...)``, the group as a boxed ``ProcessGroup``)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import ProcessGroup
+
+    call = inspect.signature(fn).bind(*args, **kwargs).arguments
+    so = call["process_group_so"]
+    group = ProcessGroup.unbox(so) if isinstance(so, torch.ScriptObject) else so
+    out = {
+        "op": _ROOTED[name],
+        "ranks": list(dist.get_process_group_ranks(group)),
+        "root": int(call["root_rank"]),
+        # _prepare_collective_groups returns (relative ranks, group offsets[, offset]).
+        "group_offsets": [int(g) for g in emulation._prepare_collective_groups(so)[1]],
+    }
+    if name == "_local_scatter_":
+        out["scatter_lists"] = len(call["input_tensors"])
+    return out
 
 
 def replaced_functions() -> dict[str, str]:
@@ -489,45 +527,172 @@ def broadcast_probe(mesh: Any, src_data_rank: int = 1) -> dict[str, dict[int, in
     return out
 
 
+def replay_broadcast(calls: Sequence[dict], lookup: bool, in_place: bool = True,
+                     world: int = 8) -> list[int]:
+    """Replay the loop of ``torch.distributed._local_tensor._c10d._local_broadcast_`` in plain
+    Python, for ``world`` ranks where rank r starts with the value r; return what each rank
+    holds after ``calls`` (as :attr:`SimulationTrace.rooted` records them: ``ranks`` of the
+    process-group handle, ``root``, ``group_offsets``).
+
+    For every group offset ``g`` in turn, the group is ``g`` plus the handle's ranks less
+    their first one, ``offset``.  Its source is ``group[root]`` with ``lookup`` (torch
+    2.15.0), else ``g + root - offset`` (torch 2.14.1).  Every other rank of the group
+    then takes the source's value: read when the group's turn comes (``in_place``, as the
+    emulation copies into the per-rank tensors), or before the call's first group.
+
+    Over ``m`` of a 2x2x2 mesh (rank 4m + 2n + k) the handle is ``[0, 4]`` and the groups
+    start at 0, 1, 2, 3.  From group rank 1, 2.14.1's rule takes ranks 1, 2, 3, 4 as the
+    sources; in place, group {3, 7} reads rank 4 after rank 4 took rank 1's value:
+
+    >>> over_m = [{"ranks": [0, 4], "root": 1, "group_offsets": [0, 1, 2, 3]}]
+    >>> replay_broadcast(over_m, lookup=False)
+    [1, 2, 3, 1, 1, 2, 3, 1]
+    >>> replay_broadcast(over_m, lookup=False, in_place=False)
+    [1, 2, 3, 4, 1, 2, 3, 4]
+    >>> replay_broadcast(over_m, lookup=True)
+    [4, 5, 6, 7, 4, 5, 6, 7]
+    """
+    held = list(range(world))
+    for call in calls:
+        ranks, root, offsets = list(call["ranks"]), int(call["root"]), list(call["group_offsets"])
+        if not ranks or not 0 <= root < len(ranks):
+            raise ValueError(f"root {root} is not a group rank of a group of {len(ranks)}: {call}")
+        relative = [r - ranks[0] for r in ranks]
+        before = list(held)
+        for g in offsets:
+            group = [g + r for r in relative]
+            source = group[root] if lookup else g + root - ranks[0]
+            if not all(0 <= r < world for r in [*group, source]):
+                raise ValueError(f"group {group} or source {source} is outside {world} ranks")
+            value = (held if in_place else before)[source]
+            for r in group:
+                if r != source:
+                    held[r] = value
+    return held
+
+
+def scatter_probe(mesh: Any, src_data_rank: int) -> dict:
+    """``distribute_tensor(t, mesh["m"], [Shard(0)], src_data_rank=src_data_rank)`` on a
+    2x2x2 ``m, n, k`` mesh, where rank r's ``t`` is ``[10r, 10r + 1, 10r + 2, 10r + 3]``.
+
+    Returns ``{"held": values by rank, "error": None}``, or ``{"held": None, "error":
+    "<exception type> in <innermost function>"}`` when it raises.  A scatter from group
+    rank 0 gives rank (m, n, k) chunk m of the tensor of rank (0, n, k):
+
+    >>> from explainers.mesh import simulated_mesh
+    >>> with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    ...     scatter_probe(mesh, 0)["held"][1::4]
+    [[10, 11], [12, 13]]
+    """
+    import traceback
+
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from explainers.mesh import rank_local
+
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
+        raise ValueError(
+            "scatter_probe needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
+            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
+        )
+    if isinstance(src_data_rank, bool) or src_data_rank not in (0, 1):
+        raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
+    mine = rank_local([[10 * r + i for i in range(4)] for r in range(8)])
+    try:
+        x = distribute_tensor(mine, mesh["m"], [Shard(0)], src_data_rank=src_data_rank)
+    except Exception as e:  # noqa: BLE001  the failure is the observation
+        innermost = traceback.extract_tb(e.__traceback__)[-1].name
+        return {"held": None, "error": f"{type(e).__name__} in {innermost}"}
+    return {"held": [s.values for s in rank_states(x, mesh)], "error": None}
+
+
 def release_observations() -> dict:
-    """What this page observes in a simulated 2x2x2 world under the installed torch, as JSON
+    """What this page observes in a simulated world under the installed torch, as JSON
     data, so that :func:`explainers.releases.run_under` can compare releases.
 
     Keys: ``torch`` (the version), ``walkthrough`` (every step of ``walkthrough(mesh,
     15)``: label, collectives, every rank's values), ``shard_order`` (of ``[S(0), S(0),
-    S(0)]``), ``strided`` (the fragment's ``_StridedShard`` state: stored ``shard_order``
-    and the mesh dims DTensor decodes), ``probes`` (:func:`gather_probes`: collectives,
-    messages, right or not), ``sweep_right`` (the sizes of 4..20 that
-    :func:`uneven_gather_sweep` gets right), ``fragment15`` (the fragment as written on 15
-    elements: the line it stops in and the error) and ``broadcast``
-    (:func:`broadcast_probe` with ``src_data_rank=1``, values by rank).
+    S(0)]``), ``strided`` (the fragment's ``_StridedShard`` state: stored ``shard_order``,
+    the mesh dims DTensor decodes, and how its scatter from group rank 0 fails on 15
+    elements), ``global_shape_2d`` (the error of ``compute_global_tensor_shape`` on a 2-D
+    mesh), ``get_rank`` (``dist.get_rank()`` by rank, and whether ``== 0`` holds),
+    ``probes`` (:func:`gather_probes`: collectives, messages, right or not),
+    ``sweep_right`` (the sizes of 4..20 that :func:`uneven_gather_sweep` gets right),
+    ``fragment15`` (the fragment as written on 15 elements: the line it stops in and the
+    error), ``broadcast`` (:func:`broadcast_probe` with ``src_data_rank=1``, values by
+    rank), ``broadcast_calls`` (what the emulated broadcast received for each of its
+    meshes, :attr:`SimulationTrace.rooted`), ``scatter`` (:func:`scatter_probe` from group
+    rank ``"0"`` and ``"1"``, with the ``calls`` the emulated scatter received), ``fsdp``
+    (:func:`fsdp_tp_layout` on a 4x2 mesh, with the ``calls`` the emulated scatter
+    received) and ``emulated`` (how often each collective
+    emulation ran for all of the above).
     """
     import torch
+    import torch.distributed as dist
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._utils import compute_global_tensor_shape
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    from explainers.mesh import simulated_mesh, walkthrough
+    from explainers.mesh import per_rank_int, simulated_mesh, walkthrough
     from explainers.render import arange_nd
 
-    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
-        steps = walkthrough(mesh, 15)
-        x = distribute_tensor(arange_nd(16), mesh, [Shard(0)] * 3, src_data_rank=None)
-        order = [[e.tensor_dim, list(e.mesh_dims)] for e in x._spec.shard_order]
-        strided = [_StridedShard(0, split_factor=4), _StridedShard(0, split_factor=2), Shard(0)]
-        y = distribute_tensor(arange_nd(16), mesh, strided, src_data_rank=None)
-        _, decoded = DTensorSpec._normalize_placements_into_shard_order(tuple(strided), mesh)
-        started: list[int] = []
+    emulated: Counter = Counter()
+
+    def failure(fn: Callable[[], Any]) -> str | None:
+        import traceback
+
         try:
-            run_fragment(mesh, 15, started.append)
-            fragment = "no error"
+            fn()
         except Exception as e:  # noqa: BLE001  the error is the observation
-            fragment = f"{type(e).__name__}: {e}"
-        broadcast = broadcast_probe(mesh)
+            return f"{type(e).__name__} in {traceback.extract_tb(e.__traceback__)[-1].name}"
+        return None
+
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        with simulation_trace() as seen:
+            steps = walkthrough(mesh, 15)
+            x = distribute_tensor(arange_nd(16), mesh, [Shard(0)] * 3, src_data_rank=None)
+            order = [[e.tensor_dim, list(e.mesh_dims)] for e in x._spec.shard_order]
+            strided = [_StridedShard(0, split_factor=4), _StridedShard(0, split_factor=2), Shard(0)]
+            y = distribute_tensor(arange_nd(16), mesh, strided, src_data_rank=None)
+            _, decoded = DTensorSpec._normalize_placements_into_shard_order(tuple(strided), mesh)
+            strided_scatter = failure(lambda: distribute_tensor(arange_nd(15), mesh, strided))
+            shape_2d = failure(lambda: compute_global_tensor_shape(
+                torch.Size([1]), mesh["n", "k"], [Shard(0), Shard(0)]))
+            rank = dist.get_rank()
+            get_rank = {"by_rank": [per_rank_int(rank)[r] for r in range(8)], "eq0": rank == 0}
+            started: list[int] = []
+            try:
+                run_fragment(mesh, 15, started.append)
+                fragment = "no error"
+            except Exception as e:  # noqa: BLE001  the error is the observation
+                fragment = f"{type(e).__name__}: {e}"
+        emulated.update(seen.emulated)
+        with simulation_trace() as seen:
+            broadcast = broadcast_probe(mesh)
+        emulated.update(seen.emulated)
+        calls, broadcast_calls = list(seen.rooted), {}
+        for dims in BROADCAST_MESHES:  # one broadcast per Replicate mesh dim, in order
+            broadcast_calls[",".join(dims)] = calls[: len(dims)]
+            calls = calls[len(dims):]
+        if calls or any(c["op"] != "broadcast" for cs in broadcast_calls.values() for c in cs):
+            raise RuntimeError(f"broadcast_probe ran other collectives than expected: {seen.rooted}")
+        scatter = {}
+        for src in (0, 1):
+            with simulation_trace() as seen:
+                scatter[str(src)] = scatter_probe(mesh, src)
+            emulated.update(seen.emulated)
+            scatter[str(src)]["calls"] = seen.rooted
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh, simulation_trace() as seen:
         probes = gather_probes(mesh)
-    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    emulated.update(seen.emulated)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh, simulation_trace() as seen:
         sweep = uneven_gather_sweep(mesh, range(4, 21))
+    emulated.update(seen.emulated)
+    with simulated_mesh((4, 2), ("dp", "tp")) as mesh42, simulation_trace() as seen:
+        fsdp = fsdp_tp_layout(mesh42)
+    emulated.update(seen.emulated)
+    fsdp_calls = seen.rooted
     return {
         "torch": torch.__version__,
         "walkthrough": [
@@ -542,7 +707,10 @@ def release_observations() -> dict:
         "strided": {
             "stored": None if y._spec.shard_order is None else str(y._spec.shard_order),
             "decoded": [[e.tensor_dim, list(e.mesh_dims)] for e in decoded],
+            "scatter15": strided_scatter,
         },
+        "global_shape_2d": shape_2d,
+        "get_rank": get_rank,
         "probes": [
             {"label": p.label, "comms": p.comms, "warnings": list(p.warnings), "correct": p.correct}
             for p in probes
@@ -550,6 +718,11 @@ def release_observations() -> dict:
         "sweep_right": [p.numel for p in sweep if p.correct],
         "fragment15": {"line": FRAGMENT[started[-1]][1] if started else None, "error": fragment},
         "broadcast": {k: [v[r] for r in range(8)] for k, v in broadcast.items()},
+        "broadcast_calls": broadcast_calls,
+        "scatter": scatter,
+        "fsdp": {"placements": list(fsdp.placements),
+                 "rows": [fsdp.rows[r] for r in range(8)], "calls": fsdp_calls},
+        "emulated": dict(sorted(emulated.items())),
     }
 
 
@@ -648,6 +821,25 @@ def torch_excerpt(relpath: str, needles: Sequence[str], after: str | None = None
         out.append(f"{relpath}:{no + 1}: {lines[no].rstrip()}")
         start, last = no + 1, no
     return "\n".join(out)
+
+
+def torch_excerpts(specs: Sequence[Sequence[Any]]) -> list[str]:
+    """:func:`torch_excerpt` for each ``[relpath, needles]`` or ``[relpath, needles, after]``
+    of ``specs``, so that :func:`explainers.releases.run_under` reads several excerpts of
+    another release in one process.
+
+    >>> [len(e.splitlines()) for e in torch_excerpts([
+    ...     ["distributed/tensor/_redistribute.py", ["def get_redistribute_planner("]],
+    ...     ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"],
+    ...      "def get_redistribute_planner("]])]
+    [1, 1]
+    """
+    out = []
+    for spec in specs:
+        if not 2 <= len(spec) <= 3:
+            raise ValueError(f"an excerpt is [relpath, needles] or [relpath, needles, after], not {spec!r}")
+        out.append(torch_excerpt(*spec))
+    return out
 
 
 def _find(lines: list[str], needle: str, start: int, relpath: str) -> int:

@@ -14,9 +14,12 @@ from explainers.mesh_probes import (
     gather_probes,
     merge_probes,
     planned_mesh_dims,
+    replay_broadcast,
     run_fragment,
+    scatter_probe,
     simulation_trace,
     torch_excerpt,
+    torch_excerpts,
 )
 
 R, S = Replicate(), Shard
@@ -40,6 +43,22 @@ def test_trace_counts_and_restores():
         assert seen.emulated["_local_functional_all_gather_into_tensor"] >= 2
     assert (emulation._local_functional_all_gather_into_tensor,
             rd._gen_transform_infos_non_cached) == before
+
+
+def test_trace_records_what_broadcast_and_scatter_received():
+    from explainers.mesh import rank_local
+
+    before = (emulation._local_broadcast_, emulation._local_scatter_)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh, simulation_trace() as seen:
+        distribute_tensor(rank_local([[r, r] for r in range(8)]), mesh["n"], [R], src_data_rank=1)
+        distribute_tensor(torch.arange(4), mesh["k"], [S(0)], src_data_rank=0)
+    assert seen.emulated == {"_local_broadcast_": 1, "_local_scatter_": 1}
+    assert seen.rooted == [
+        {"op": "broadcast", "ranks": [0, 2], "root": 1, "group_offsets": [0, 1, 4, 5]},
+        {"op": "scatter", "ranks": [0, 1], "root": 0, "group_offsets": [0, 2, 4, 6],
+         "scatter_lists": 1},
+    ]
+    assert (emulation._local_broadcast_, emulation._local_scatter_) == before
 
 
 def test_trace_needs_a_simulated_world():
@@ -106,6 +125,47 @@ def test_planned_mesh_dims():
         assert planned_mesh_dims(x, [R, R, R]) == (1, 0)
         with pytest.raises(TypeError, match="expects a DTensor"):
             planned_mesh_dims(torch.arange(2), [R, R, R])
+
+
+def test_torch_excerpts():
+    one = ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"]]
+    assert torch_excerpts([one, [*one, "def get_redistribute_planner("]]) == [
+        torch_excerpt(*one), torch_excerpt(*one, after="def get_redistribute_planner(")]
+    with pytest.raises(ValueError, match="an excerpt is"):
+        torch_excerpts([["distributed/tensor/_redistribute.py"]])
+
+
+def test_replay_broadcast():
+    # The 2.14.1 rule takes group_offset + root - offset; copying in place, a group reads a
+    # source that an earlier group already overwrote.  The 2.15.0 rule stays in the group.
+    over_n = [{"ranks": [0, 2], "root": 1, "group_offsets": [0, 1, 4, 5]}]
+    assert replay_broadcast(over_n, lookup=False) == [1, 1, 1, 1, 5, 5, 5, 5]
+    assert replay_broadcast(over_n, lookup=False, in_place=False) == [1, 2, 1, 2, 5, 6, 5, 6]
+    assert replay_broadcast(over_n, lookup=True) == [2, 3, 2, 3, 6, 7, 6, 7]
+    # A handle that does not start at 0: 2.14.1 subtracts its first rank.
+    shifted = [{"ranks": [1, 3], "root": 1, "group_offsets": [0, 1]}]
+    assert replay_broadcast(shifted, lookup=False, world=4) == [0, 1, 0, 1]
+    assert replay_broadcast(shifted, lookup=True, world=4) == [2, 3, 2, 3]
+    assert replay_broadcast([], lookup=True, world=3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="not a group rank"):
+        replay_broadcast([{"ranks": [0, 4], "root": 2, "group_offsets": [0]}], lookup=True)
+    with pytest.raises(ValueError, match="outside 8 ranks"):
+        replay_broadcast([{"ranks": [0, 4], "root": 1, "group_offsets": [7]}], lookup=False)
+
+
+def test_scatter_probe():
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        from_zero = scatter_probe(mesh, 0)
+        from_one = scatter_probe(mesh, 1)
+        with pytest.raises(ValueError, match="group rank"):
+            scatter_probe(mesh, True)
+    # Rank (m, n, k) holds chunk m of the tensor of rank (0, n, k).
+    assert from_zero == {"held": [[10 * (r % 4) + 2 * (r // 4) + i for i in range(2)]
+                                  for r in range(8)], "error": None}
+    # Both releases: c10d passes no inputs for a root other than group.rank(), a plain 0.
+    assert from_one == {"held": None, "error": "AssertionError in _local_scatter_"}
+    with simulated_mesh((2, 4), ("m", "n")) as mesh, pytest.raises(ValueError, match="2x2x2"):
+        scatter_probe(mesh, 0)
 
 
 def test_torch_excerpt():
@@ -201,7 +261,10 @@ def test_broadcast_probe_by_release():
     assert held["k"] == _group_rank_1("k")  # consecutive ranks: right on both releases
     assert from_zero["m,n,k"] == dict.fromkeys(range(8), 0)
     if release_of(torch.__version__) == "2.14.1":
-        # source = lowest rank of the group + root: a rank outside the group on m and n
+        # source = first rank of the group + root - offset, where offset, the first rank of
+        # the handle (rank 0's group), is 0: a rank outside the group on m and n.  The loop
+        # copies in place, group after group, so over m the group {3, 7} reads rank 4 after
+        # rank 4 took rank 1's value: 1, not 4.
         assert held["m"] == {0: 1, 1: 2, 2: 3, 3: 1, 4: 1, 5: 2, 6: 3, 7: 1}
         assert all(held[d][r] != _group_rank_1(d)[r] for d in ("m", "n") for r in range(8))
         assert held["m,n,k"] == dict.fromkeys(range(8), 2)
@@ -213,7 +276,8 @@ def test_broadcast_probe_by_release():
 
 def test_release_observations_agree_but_for_the_broadcast():
     """Every observation of the page is the same on every supported release, except the
-    simulated broadcast from group rank 1, which 2.15.0 fixed."""
+    simulated broadcast from group rank 1, which 2.15.0 fixed; a replay of each release's
+    loop, from the calls the emulation received, gives that release's broadcast."""
     from explainers.releases import SUPPORTED, run_under
 
     obs = {rel: run_under(rel, "explainers.mesh_probes:release_observations") for rel in SUPPORTED}
@@ -227,3 +291,11 @@ def test_release_observations_agree_but_for_the_broadcast():
     assert obs["2.15.0"]["broadcast"] == right
     assert obs["2.14.1"]["broadcast"]["k"] == right["k"]
     assert obs["2.14.1"]["broadcast"]["m,n,k"] == [2] * 8
+    calls = same[0]["broadcast_calls"]
+    for rel, lookup in (("2.15.0", True), ("2.14.1", False)):
+        assert {m: replay_broadcast(c, lookup=lookup) for m, c in calls.items()} == obs[rel]["broadcast"]
+    # Scatter from group rank 1 fails on both: the emulation receives no inputs.
+    assert same[0]["scatter"]["1"]["error"] == "AssertionError in _local_scatter_"
+    assert [c["scatter_lists"] for c in same[0]["scatter"]["1"]["calls"]] == [0]
+    assert set(same[0]["emulated"]) == {
+        "_local_functional_all_gather_into_tensor", "_local_broadcast_", "_local_scatter_"}
