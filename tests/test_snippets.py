@@ -138,8 +138,10 @@ def test_every_nox_session_the_docs_name_exists():
 # A number in prose that equals a glued figure by coincidence: (page, number) -> why it is not
 # that figure.  Keep each reason specific; a restated result never belongs here.
 CLAIM_WAIVERS = {
-    ("precision", "256"): "the router benchmark's expert count (a setting); the fp16 running sum "
-                          "(loop_fp16) also happens to stall at 256",
+    ("precision", "256"): "shapes and the router's expert count (settings of the page); the fp16 "
+                          "running sum (loop_fp16) also happens to stall at 256",
+    ("mesh", "16"): "the walkthrough's other input size (15 against 16 elements, a setting of the "
+                    "page); the merged gather of 13 elements also happens to move 16",
 }
 
 
