@@ -487,7 +487,7 @@ def test_header_facts_of_the_installed_torch(torch_install):
     assert release_of(facts["version"]) == RELEASE
     assert facts["lines"] == len(torch_install.header.read_text().splitlines())
     # for_each_bucket is new in 2.15.0; every other region is in both releases.
-    missing = {"2.14.1": {"for_each_bucket"}, "2.15.0": set()}[RELEASE]
+    missing = {"2.14.1": {"for_each_bucket", "add_stats"}, "2.15.0": set()}[RELEASE]
     assert set(REGIONS) == set(facts["regions"])
     assert {name for name, region in facts["regions"].items() if region is None} == missing
     text = torch_install.header.read_text().splitlines()
@@ -498,6 +498,9 @@ def test_header_facts_of_the_installed_torch(torch_install):
         "2.14.1": [], "2.15.0": ["getStats", "resetAccumulatedStats", "resetPeakStats", "add_allocated_block",
                                  "destroy_block"]}[RELEASE]
     assert all(s["nested"] == [] for s in sites)
+    assert facts["text"] == torch_install.header.read_text()
+    assert facts["pragma_lines"] == {"2.14.1": ['C10_DIAGNOSTIC_PUSH_AND_IGNORED_IF_DEFINED("-Wunused-parameter")',
+                                                "C10_DIAGNOSTIC_POP()"], "2.15.0": []}[RELEASE]
     assert len(facts["atomic_declarations"]) == len(ATOMIC_FIELDS)
     assert ["maybeGatherContext", "if (record_context_.load(std::memory_order_acquire) < level) {"] in (
         facts["atomic_uses"])
@@ -556,6 +559,47 @@ def test_facts_of_every_release_and_what_changed_between_them():
     assert "pool_from_block" in old["regions"]["process_available"]["text"]
     assert "pool_from_block(" not in new["regions"]["process_available"]["text"].replace(
         "skip pool_from_block()", "")
+
+
+def test_outside_regions_finds_a_change_no_region_covers():
+    from explainers.allocator.compare import REGIONS, changed_lines, outside_regions
+
+    old = "struct S {\n  // f\n  void f() {\n    a();\n  }\n  int x;\n};"
+    new = "struct S {\n  // f, changed\n  void f() {\n    b();\n  }\n  long x;\n};"
+    removed, added = changed_lines(old, new)
+    assert (removed, added) == ([2, 4, 6], [2, 4, 6])
+    REGIONS["test_f"] = ("void f() {", None)
+    REGIONS["test_absent"] = ("void g() {", None)
+    try:
+        assert outside_regions(new, added, ["test_f"]) == [6]  # the heading comment belongs to f
+        assert outside_regions(new, added, ["test_f", "test_absent"]) == [6]  # absent: skipped
+    finally:
+        del REGIONS["test_f"], REGIONS["test_absent"]
+    with pytest.raises(ValueError, match="never_defined"):
+        outside_regions(new, added, ["never_defined"])
+
+
+@pytest.mark.skipif(not all(env_python(r).exists() for r in _other_releases()),
+                    reason="another supported release's environment is not provisioned here")
+def test_every_change_between_the_releases_is_in_a_region_the_page_shows():
+    from explainers.allocator.compare import (
+        REGIONS,
+        changed_lines,
+        facts_by_release,
+        outside_regions,
+    )
+
+    facts = facts_by_release()
+    old, new = facts["2.14.1"], facts["2.15.0"]
+    removed, added = changed_lines(old["text"], new["text"])
+    assert removed and added
+    everything = list(REGIONS)
+    assert outside_regions(old["text"], removed, everything) == []
+    assert outside_regions(new["text"], added, everything) == []
+    # Without the statistics regions, their changes are found outside.
+    stats = {"stats", "stats_note", "pool", "get_free_block", "getStats", "resetAccumulatedStats",
+             "resetPeakStats", "add_stats", "for_each_bucket", "add_allocated_block", "destroy_block"}
+    assert outside_regions(new["text"], added, [r for r in everything if r not in stats])
 
 
 def test_a_release_not_provisioned_here_is_none(monkeypatch, tmp_path):

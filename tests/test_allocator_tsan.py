@@ -54,18 +54,73 @@ def test_reproduce_without_gxx(tmp_path):
         reproduce(path=str(tmp_path))
 
 
-def test_free_with_a_failing_event_record():
-    """2.14.1 lets the backend's exception out of free(); 2.15.0 catches it and warns once.
-    In both the block is retired: the next allocation of its size gets a new one."""
-    from explainers.allocator.freefail import free_with_failing_event
+@pytest.fixture(scope="module")
+def edge():
+    from explainers.allocator.edgecases import edge_cases
+
+    return edge_cases()
+
+
+def test_free_with_a_failing_event_record_through_a_storage(edge):
+    """2.14.1 lets the backend's exception out of free() inside ~StorageImpl: std::terminate.
+    2.15.0 catches both failures, warns once, and retires both blocks."""
     from explainers.releases import release_of
 
-    got = free_with_failing_event()
-    release = release_of(got["version"])
-    if release == "2.14.1":
-        assert got["free_threw"] and got["exception"] == "event record failed" and got["warnings"] == []
+    got = edge["free"]
+    if release_of(edge["version"]) == "2.14.1":
+        assert got["stdout_lines"] == [] and got["terminated"]["signal"] == "SIGABRT"
+        assert got["terminated"]["message"] == [
+            "terminate called after throwing an instance of 'std::runtime_error'", "what():  event record failed"]
     else:
-        assert not got["free_threw"] and got["exception"] == ""
+        assert got["terminated"] is None and got["stdout_lines"] == ["freed 1", "freed 2"]
         assert got["warnings"] == ["Failed to record an event while freeing a pinned host block; "
                                    "the block will not be reused: event record failed"]
-    assert got["block_reused"] is False
+        assert got["block_reused"] is False
+
+
+def test_empty_cache_with_an_event_queued_in_a_private_pool(edge):
+    from explainers.releases import release_of
+
+    got = edge["empty_cache"]
+    assert len(got["warnings"]) == 1 and "the current stream is not capturing" in got["warnings"][0]
+    if release_of(edge["version"]) == "2.14.1":
+        assert (got["empty_cache"], got["code"], got["segments_after"]) == (
+            "threw std::system_error", "resource_deadlock_would_occur", 1)
+    else:
+        assert (got["empty_cache"], got["exception"], got["segments_after"]) == ("returned", "", 0)
+    assert edge["unlock_order"]["unlocked"] == ["first", "second"]
+
+
+def test_edge_cases_program_is_cached(edge):
+    from explainers.allocator.edgecases import edge_cases
+
+    assert edge_cases()["compiled"] is False
+
+
+def test_statistics_race_only_in_2_14_1():
+    from explainers.allocator.statsrace import stats_races
+    from explainers.releases import release_of
+
+    got = stats_races(100)
+    for mode, threads in (("pools", ["default pool", "private pool"]), ("getstats", ["getStats", "private pool"])):
+        run = got[mode]
+        assert run["done"]
+        if release_of(got["version"]) == "2.14.1":
+            assert run["returncode"] == 66 and run["races"] and run["reports"] == len(run["races"])
+            assert all(r["threads"] == threads and r["fields"] for r in run["races"])
+        else:
+            assert (run["returncode"], run["reports"], run["races"]) == (0, 0, [])
+    if release_of(got["version"]) == "2.14.1":
+        fields = {f for r in got["pools"]["races"] for f in r["fields"]}
+        assert {"allocations", "allocated_bytes", "active_bucket_stats"} <= fields
+
+
+def test_cuda_backend_record_stream_can_throw():
+    from explainers.allocator.edgecases import CUDA_EVENT_RECORD_NAME, cuda_record_failure
+
+    got = cuda_record_failure()
+    assert CUDA_EVENT_RECORD_NAME in got["record_stream_calls"]
+    assert "cudaEventRecordWithFlags" in got["event_record_calls"]
+    assert got["check_failure"]["returncode"] == -6
+    assert got["check_failure"]["message"][0] == (
+        "terminate called after throwing an instance of 'c10::AcceleratorError'")

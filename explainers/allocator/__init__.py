@@ -4,7 +4,7 @@ Submodules, one job each:
 
 - :mod:`.torchpaths` finds the installed torch's headers and ``libc10``;
 - :mod:`.overlay` makes the "atomics removed" copy of the header;
-- :mod:`.build` compiles ``harness.cpp`` with ``g++ -fsanitize=thread`` (cached);
+- :mod:`.build` compiles ``harness.cpp`` with ``g++ -fsanitize=thread``, and the other programs (cached);
 - :mod:`.runner` runs both variants: the other until it shows every race, the shipped one
   at least as often;
 - :mod:`.tsan` parses ThreadSanitizer reports and the runtime's flag listing;
@@ -12,7 +12,10 @@ Submodules, one job each:
 - :mod:`.lockorder` draws the documented lock order from the header's Note;
 - :mod:`.pyapi` calls the Python side (``torch.cuda.memory``) without a GPU;
 - :mod:`.compare` reads the header of every supported release, for the side-by-side section;
-- :mod:`.freefail` compiles and runs ``free()`` with a failing event record;
+- :mod:`.edgecases` compiles and runs paths the harness does not take: ``free()`` with a failing
+  event record, ``empty_cache()`` with an event queued in a private pool; it also reads what the
+  CUDA backend calls when it records an event;
+- :mod:`.statsrace` runs the statistics with a private pool in use under TSAN;
 - :mod:`.errors` holds the errors that say what to install.
 
 >>> from explainers.allocator import overlay

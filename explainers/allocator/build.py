@@ -44,6 +44,9 @@ __all__ = [
     "find_compiler",
     "check_tsan",
     "build",
+    "Program",
+    "program_script",
+    "build_program",
 ]
 
 #: The two builds: the header as installed, and the overlay with the four atomics made plain.
@@ -281,3 +284,75 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
         meta.write_text(json.dumps({"compile_seconds": seconds, "script": spec.script(),
                                     "compiler": compiler_version}))
         return Build(spec, folder, False, seconds, tuple(map(tuple, changes)))
+
+
+@dataclass(frozen=True)
+class Program:
+    """A single-file program built against one torch installation (see :func:`build_program`)."""
+
+    folder: Path
+    executable: Path
+    cached: bool
+    compile_seconds: float
+    script: str
+
+
+def program_script(source: str, binary: str, flags: tuple[str, ...]) -> str:
+    """The compile command of a single-file program, run with ``$TORCH`` set.
+
+    >>> program_script("demo.cpp", "demo", ("-std=c++20", "-O1"))
+    'g++ -std=c++20 -O1 -I"$TORCH/include" demo.cpp -o demo -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"'
+    """
+    return " ".join(["g++", *flags, '-I"$TORCH/include"', source, "-o", binary,
+                     '-L"$TORCH/lib"', "-lc10", '-Wl,-rpath,"$TORCH/lib"'])
+
+
+def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: TorchInstall,
+                  cache: Path | None = None, path: str | None = None) -> Program:
+    """Compile *source* (one ``.cpp`` file of this package) against *torch*, or reuse the binary.
+
+    Like :func:`build`, the folder is keyed by a SHA-256 of the torch version, the
+    allocator header, the source, the command and the compiler version, and named
+    with the release, so each supported release compiles once and never shares a
+    binary with another.  With ``-fsanitize=thread`` among *flags* the toolchain is
+    probed first (:func:`check_tsan`), so a missing libtsan fails with what to install.
+
+    >>> build_program(Path("no_such.cpp"), "x", (), TorchInstall(Path("/t"), "2.15.0"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no_such.cpp does not exist
+    """
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} does not exist")
+    gxx = find_compiler(path)
+    cache = cache or cache_root()
+    compiler = check_tsan(gxx, cache) if "-fsanitize=thread" in flags else _compiler_version(gxx)
+    header_text = torch.header.read_text()
+    check_snapshot_code(header_text, str(torch.header))
+    script = program_script(source.name, binary, flags)
+    h = hashlib.sha256()
+    for part in (torch.version.encode(), header_text.encode(), source.read_bytes(), script.encode(),
+                 str(torch.root).encode(), compiler.encode()):
+        h.update(hashlib.sha256(part).digest())
+    release = torch.version.split("+", 1)[0]
+    folder = cache / f"{binary}-{release}-{h.hexdigest()[:20]}"
+    meta, executable = folder / "build.json", folder / binary
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if meta.is_file() and executable.is_file():
+            info = json.loads(meta.read_text())
+            return Program(folder, executable, True, info["compile_seconds"], script)
+        shutil.copyfile(source, folder / source.name)
+        env = dict(os.environ, TORCH=str(torch.root))
+        env["PATH"] = os.path.dirname(gxx) + os.pathsep + env.get("PATH", "")
+        t0 = time.perf_counter()
+        res = subprocess.run(["bash", "-e", "-c", script], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=600)
+        seconds = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise HarnessFailedError(f"compiling {source.name} failed (exit {res.returncode}):\n"
+                                     f"{res.stderr[-3000:]}")
+        # Written last: its presence marks a complete build.
+        meta.write_text(json.dumps({"compile_seconds": seconds, "script": script, "compiler": compiler}))
+        return Program(folder, executable, False, seconds, script)

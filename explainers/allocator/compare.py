@@ -24,6 +24,7 @@ carries its own line numbers.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -32,8 +33,8 @@ from .overlay import ATOMIC_FIELDS
 from .source import block_end, declared_mutexes, enclosing_function, find_line
 from .torchpaths import find_torch, native_dispatch
 
-__all__ = ["REGIONS", "region_lines", "atomic_uses", "lock_sites", "header_facts", "facts_by_release",
-           "side_by_side"]
+__all__ = ["REGIONS", "PRAGMA_LINES", "region_lines", "atomic_uses", "lock_sites", "header_facts",
+           "facts_by_release", "side_by_side", "changed_lines", "outside_regions"]
 
 #: Excerpts the page compares: name -> (first line's text, last line's text or None for
 #: "to the end of the brace block that the first line opens").
@@ -53,7 +54,20 @@ REGIONS: dict[str, tuple[str, str | None]] = {
     "maybe_cache_block": ("void maybe_cache_block(B* block, BlockPool& pool,", None),
     "cache_or_destroy": ("if (size > pinned_max_cached_size()) {", None),
     "destroy_block": ("void destroy_block(B* block, BlockPool& pool, bool is_active) {", None),
+    "stats_note": ("In order to gather statistics about caching host allocator while minimally", "*/"),
+    "add_allocated_block": ("virtual void add_allocated_block(B* block, BlockPool& pool) {", None),
+    "resetAccumulatedStats": ("void resetAccumulatedStats() {", None),
+    "resetPeakStats": ("void resetPeakStats() {", None),
+    "add_stats": ("static void add_stats(Stat& accumulator, const Stat& other) {", None),
+    "host_allocator": ("struct TORCH_API HostAllocator : public at::Allocator {", None),
+    "declare_host_allocator": ("#define DECLARE_HOST_ALLOCATOR(name, impl, deleter, instance)", "  }"),
+    "pool_for_stream": ("get_allocation_pool_for_current_stream() {", None),
+    "interface_allocate": ("at::DataPtr allocate(size_t size) override {", None),
 }
+
+#: Lines the header has outside every region: the pragma that 2.14.1 puts around the
+#: whole header to silence ``-Wunused-parameter``.
+PRAGMA_LINES = ('C10_DIAGNOSTIC_PUSH_AND_IGNORED_IF_DEFINED("-Wunused-parameter")', "C10_DIAGNOSTIC_POP()")
 
 _LOCK = re.compile(r"\b(?:lock_guard|scoped_lock|unique_lock|shared_lock)\b|\.lock\(|record_trace\(")
 
@@ -128,7 +142,9 @@ def header_facts() -> dict[str, Any]:
     (:func:`atomic_uses`), ``regions`` (name -> ``start``, ``end``, ``text``;
     ``None`` where a region's first line is absent) and ``record_stream``
     (the dispatch table of ``aten::record_stream`` in ``native_functions.yaml``) and
-    ``allocations_mutex_sites`` (:func:`lock_sites` of ``stats_.allocations_mutex_``).
+    ``allocations_mutex_sites`` (:func:`lock_sites` of ``stats_.allocations_mutex_``),
+    ``pragma_lines`` (which of :data:`PRAGMA_LINES` it has), ``commented_parameter_names``
+    (parameters whose name is commented out, ``int /*x*/``) and ``text`` (the whole header).
 
     >>> facts = header_facts()
     >>> facts["lines"] > 1000 and "HostBlockPool" in facts["mutexes"]
@@ -161,6 +177,9 @@ def header_facts() -> dict[str, Any]:
         "regions": regions,
         "record_stream": native_dispatch(torch, "record_stream"),
         "allocations_mutex_sites": lock_sites(text, "(stats_.allocations_mutex_);"),
+        "pragma_lines": [ln.strip() for ln in lines if ln.strip() in PRAGMA_LINES],
+        "commented_parameter_names": len(re.findall(r"\w /\*\w+\*/[,)]", text)),
+        "text": text,
     }
 
 
@@ -178,6 +197,51 @@ def facts_by_release() -> dict[str, dict[str, Any] | None]:
         if facts is not None and release_of(facts["version"]) != release:
             raise RuntimeError(f"the environment of torch {release} has torch {facts['version']}")
     return out
+
+
+def changed_lines(old: str, new: str) -> tuple[list[int], list[int]]:
+    """The lines (1-based) that a line diff removes from *old* and adds in *new*.
+
+    >>> changed_lines("a\\nb\\nc", "a\\nB\\nc\\nd")
+    ([2], [2, 4])
+    """
+    a, b = old.splitlines(), new.splitlines()
+    removed: list[int] = []
+    added: list[int] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            removed += range(i1 + 1, i2 + 1)
+            added += range(j1 + 1, j2 + 1)
+    return removed, added
+
+
+def outside_regions(text: str, lines: list[int], names: list[str]) -> list[int]:
+    """Those of *lines* that lie in none of the regions *names* (absent regions are skipped),
+    are not one of :data:`PRAGMA_LINES`, and are not a comment, ``template <...>`` or blank
+    line directly above one of those regions (a region's own heading).
+
+    >>> code = "int a;\\n// about f\\nvoid f() {\\n  x;\\n}\\nint b;"
+    >>> REGIONS["demo_f"] = ("void f() {", None)
+    >>> outside_regions(code, [1, 2, 4, 6], ["demo_f"])
+    [1, 6]
+    >>> _ = REGIONS.pop("demo_f")
+    """
+    unknown = [name for name in names if name not in REGIONS]
+    if unknown:
+        raise ValueError(f"not regions of REGIONS: {unknown}")
+    text_lines = text.splitlines()
+    spans = []
+    for name in names:
+        try:
+            start, end = region_lines(text, REGIONS[name])
+        except ValueError:
+            continue
+        while start > 1 and (not text_lines[start - 2].strip()
+                             or text_lines[start - 2].lstrip().startswith(("//", "template <"))):
+            start -= 1
+        spans.append((start, end))
+    return [no for no in lines if text_lines[no - 1].strip() not in PRAGMA_LINES
+            and not any(a <= no <= b for a, b in spans)]
 
 
 def _lexes_as_cpp(code: str) -> bool:

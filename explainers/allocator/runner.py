@@ -37,7 +37,7 @@ from .races import RaceRecord, classify, group_by_family, load_sources
 from .torchpaths import TorchInstall, find_torch
 from .tsan import RuntimeFlag, TsanLog, parse_flag_help, parse_tsan
 
-__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "runtime_flags",
+__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "run_tsan", "runtime_flags",
            "reproduce", "reader_script"]
 
 #: Keep running after the first report so one run can show every race, and
@@ -120,22 +120,10 @@ def run_build(b: Build, iterations: int, max_seconds: float, sources) -> Run:
     if not (0 < max_seconds <= 60):
         raise ValueError(f"max_seconds must be in (0, 60], got {max_seconds!r}")
     command = run_command(iterations, max_seconds, b.spec.binary)
-    env = dict(os.environ, TSAN_OPTIONS=TSAN_OPTIONS)
     argv = [str(b.executable), str(iterations), f"{max_seconds:g}"]
-    for launcher in ([], ["setarch", platform.machine(), "-R"]):
-        t0 = time.perf_counter()
-        res = subprocess.run(
-            launcher + argv, cwd=b.folder, env=env, capture_output=True, text=True,
-            timeout=max_seconds * 4 + 30,
-        )
-        seconds = time.perf_counter() - t0
-        if "unexpected memory mapping" not in res.stderr:
-            break
-    else:
-        raise TsanRuntimeError(
-            "ThreadSanitizer could not map its shadow memory even with ASLR off; "
-            "lower vm.mmap_rnd_bits (sudo sysctl vm.mmap_rnd_bits=28) or use g++ 13 or later"
-        )
+    t0 = time.perf_counter()
+    res, launcher = run_tsan(argv, b.folder, timeout=max_seconds * 4 + 30)
+    seconds = time.perf_counter() - t0
     if launcher:
         command = command.replace("./", " ".join(launcher) + " ./", 1)
     m = _SUMMARY_RX.search(res.stdout)
@@ -147,6 +135,27 @@ def run_build(b: Build, iterations: int, max_seconds: float, sources) -> Run:
     log = parse_tsan(res.stderr)
     records = [classify(r, sources) for r in log.data_races]
     return Run(command, res.returncode, stats, res.stderr, seconds, log, records)
+
+
+def run_tsan(argv: list[str], cwd: Path, timeout: float,
+             options: str = TSAN_OPTIONS) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run a TSAN-built program with ``TSAN_OPTIONS=options``; return the result and the launcher.
+
+    Some kernels randomize mmap so widely that TSAN's fixed shadow layout does
+    not fit ("unexpected memory mapping"); then the program is run once more
+    under ``setarch -R`` (ASLR off for that process only), and the launcher
+    returned is that prefix (``[]`` when the plain run worked).
+    """
+    env = dict(os.environ, TSAN_OPTIONS=options)
+    for launcher in ([], ["setarch", platform.machine(), "-R"]):
+        res = subprocess.run(launcher + argv, cwd=cwd, env=env, capture_output=True, text=True,
+                             timeout=timeout)
+        if "unexpected memory mapping" not in res.stderr:
+            return res, launcher
+    raise TsanRuntimeError(
+        "ThreadSanitizer could not map its shadow memory even with ASLR off; "
+        "lower vm.mmap_rnd_bits (sudo sysctl vm.mmap_rnd_bits=28) or use g++ 13 or later"
+    )
 
 
 def runtime_flags(b: Build) -> dict[str, RuntimeFlag]:
