@@ -40,6 +40,8 @@ __all__ = [
     "installed_source",
     "quote_installed",
     "addmm_roundings",
+    "REFUSALS",
+    "refusal_report",
 ]
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
@@ -295,6 +297,87 @@ def capture_error(fn: Callable[[], object]) -> tuple[str, str] | None:
     except Exception as exc:  # noqa: BLE001 - the error is the result being reported
         return type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
     return None
+
+
+# Reductions that refuse an input dtype: (torch function, dtype name).
+REFUSALS: tuple[tuple[str, str], ...] = (
+    ("mean", "int32"), ("nanmean", "int32"), ("std", "int32"), ("var_mean", "int32"),
+    ("argmax", "bool"), ("argmin", "bool"),
+)
+_REFUSAL_WHERE = ("cpu", "meta", "fake")
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    # FakeTensorMode (torch 2.14.1, 2.15.0) logs a meta kernel's exception with
+    # log.exception before raising it again; the exception is what is reported.
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
+
+
+def _torch_frames(exc: BaseException) -> list[str]:
+    """``path:function`` of the traceback's frames inside the torch package (none: raised in C++)."""
+    import os
+    import traceback
+
+    root = os.path.dirname(torch.__file__) + os.sep
+    return [f"{f.filename.removeprefix(root)}:{f.name}"
+            for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(root)]
+
+
+def refusal_report(cases: Sequence[Sequence[str]] | None = None) -> dict:
+    """How this torch refuses reductions of a dtype they do not take, as plain JSON.
+
+    ``cases`` are ``[function, dtype name]`` pairs (default :data:`REFUSALS`), each
+    called as ``torch.<function>(torch.ones(2, dtype=...))`` on a CPU tensor
+    (``"cpu"``), a meta tensor (``"meta"``) and under ``FakeTensorMode``
+    (``"fake"``).  Each outcome is ``{"raises": class name, "message": first line,
+    "frames": the torch Python frames it was raised through}`` or ``{"returns":
+    dtype name}``.  For :func:`explainers.releases.run_under`.
+
+    >>> r = refusal_report([["mean", "int32"]])
+    >>> r["cases"][0]["cpu"]["raises"] in ("RuntimeError", "NotImplementedError")
+    True
+    >>> refusal_report([["mean", "integer"]])
+    Traceback (most recent call last):
+    ...
+    ValueError: cases[0]: 'integer' is not a torch dtype name
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from explainers.releases import release_of
+
+    rows = []
+    for i, case in enumerate(REFUSALS if cases is None else cases):
+        if isinstance(case, (str, bytes)) or len(case) != 2 or not all(isinstance(c, str) for c in case):
+            raise TypeError(f"cases[{i}] must be a [function, dtype name] pair, got {case!r}")
+        name, dtype_name = case
+        fn, dtype = getattr(torch, name, None), getattr(torch, dtype_name, None)
+        if not callable(fn):
+            raise ValueError(f"cases[{i}]: torch.{name} is not a function")
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"cases[{i}]: {dtype_name!r} is not a torch dtype name")
+        row = {"op": name, "dtype": dtype_name}
+        for where in _REFUSAL_WHERE:
+            mode = FakeTensorMode() if where == "fake" else contextlib.nullcontext()
+            try:
+                with _quiet_fake_tensor_log(), mode:
+                    out = fn(torch.ones(2, dtype=dtype, device="meta" if where == "meta" else "cpu"))
+            except Exception as exc:  # noqa: BLE001 - the error is the result being reported
+                row[where] = {"raises": type(exc).__name__, "message": str(exc).splitlines()[0],
+                              "frames": _torch_frames(exc)}
+            else:
+                first = out[0] if isinstance(out, tuple) else out
+                row[where] = {"returns": str(first.dtype).removeprefix("torch.")}
+        rows.append(row)
+    return {"torch_version": torch.__version__, "release": release_of(torch.__version__), "cases": rows}
 
 
 def output_dtype(op: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype) -> str:

@@ -13,7 +13,10 @@ fp32 model, runs one forward and backward, and records what actually happened:
   ``torch.distributed``, the ``ReduceOp`` it passed, and any division FSDP2
   applied to that buffer before or after the collective;
 * the dtype of the gradients autograd produced before the reduction, and of the
-  sharded ``.grad`` FSDP2 leaves on the parameter afterwards.
+  sharded ``.grad`` FSDP2 leaves on the parameter afterwards;
+* on a second fresh model with gradient sync off
+  (``FSDPModule.set_requires_gradient_sync(False)``), the dtype of the gradient
+  FSDP2 holds after one backward, the one later microbatches accumulate into.
 
 Everything is returned as plain data (dtypes as strings such as
 ``"torch.bfloat16"``), so the ranks can run under another Python environment
@@ -24,15 +27,21 @@ FSDP2 and reads that release's source of the decision.
 
 What ``param_dtype=bf16, reduce_dtype=None`` does differs between releases
 (``python -m explainers.precision_fsdp`` shows it): torch 2.14.1 reduce-scatters
-the bf16 gradients as they are, in bf16; torch 2.15.0 copies them into an fp32
-buffer and reduce-scatters fp32, the parameters' dtype.  Both use
-``ReduceOp.AVG`` and leave an fp32 sharded ``.grad``.
+the bf16 gradients as they are, in bf16, and holds bf16 gradients while sync is
+off; torch 2.15.0 copies them into an fp32 buffer and reduce-scatters fp32, the
+parameters' dtype, and holds fp32 gradients while sync is off.  Both use
+``ReduceOp.AVG`` and leave an fp32 sharded ``.grad``.  A policy may carry a third
+element, a ``grad_dtype`` set on every parameter before ``fully_shard`` (``None``
+included), which 2.15.0's FSDP2 reads and 2.14.1's does not.
 
 Private or semi-private PyTorch APIs used by the ranks (checked on torch 2.14.1
 and 2.15.0): ``torch.utils._python_dispatch.TorchDispatchMode`` (to see the
 ``c10d::`` and ``fsdp::`` ops as dispatched; FSDP2's copy into the
 reduce-scatter buffer is ``fsdp::chunk_cat`` in 2.14.1 and
-``fsdp::chunk_cat_mixed_dtype`` in 2.15.0), and the knowledge that FSDP2 calls
+``fsdp::chunk_cat_mixed_dtype`` in 2.15.0), FSDP2's per-parameter state
+(``FSDPModule._get_fsdp_state()._fsdp_param_group.fsdp_params``, each with
+``_unsharded_param`` and ``unsharded_accumulated_grad``: the gradient held while
+sync is off), and the knowledge that FSDP2 calls
 ``torch.distributed.reduce_scatter_single`` / ``torch.distributed.all_reduce``
 through the module attribute (``_fully_shard/_fsdp_collectives.py``), which is
 why wrapping those two attributes sees the ``ReduceOp``.  If a release moves
@@ -252,7 +261,14 @@ def fsdp_reduce_dtypes(
     ``reduce_scatter_dtype``, ``reduce_op``
         the dtype and op shared by every reduce-scatter;
     ``sharded_grad_dtype``
-        dtype of the sharded ``.grad`` left on every parameter.
+        dtype of the sharded ``.grad`` left on every parameter;
+    ``param_grad_dtype``
+        ``"unset"``, or the ``grad_dtype`` set on every parameter before
+        ``fully_shard`` (see :func:`fsdp_reduce_dtypes_many`);
+    ``no_sync_grad_dtype``
+        on a second fresh model with the same policy and gradient sync off, the
+        dtype of the gradient FSDP2 holds for each parameter after one backward
+        (no reduce-scatter runs then).
 
     Raises ``RuntimeError`` with every rank's output tail if a rank fails or
     the launch takes longer than ``timeout`` seconds (then every rank is
@@ -273,7 +289,7 @@ def fsdp_reduce_dtypes(
 
 
 def fsdp_reduce_dtypes_many(
-    policies: Sequence[tuple[torch.dtype | None, torch.dtype | None]],
+    policies: Sequence[tuple[torch.dtype | None, ...]],
     world_size: int = 2,
     *,
     timeout: float = 180.0,
@@ -283,7 +299,10 @@ def fsdp_reduce_dtypes_many(
 
     The ranks start and form the process group once, then run every policy in
     turn on a fresh model: a page that compares policies pays the start-up
-    (interpreters, ``import torch``, rendezvous) once.
+    (interpreters, ``import torch``, rendezvous) once.  A policy may be a triple
+    ``(param_dtype, reduce_dtype, grad_dtype)``: ``grad_dtype`` (a floating dtype
+    or ``None``) is then assigned to every parameter's ``Tensor.grad_dtype``
+    before ``fully_shard``; in a pair it is left unset.
 
     >>> fsdp_reduce_dtypes_many([("bf16", None)])
     Traceback (most recent call last):
@@ -297,11 +316,15 @@ def fsdp_reduce_dtypes_many(
         raise ValueError("policies is empty: give at least one (param_dtype, reduce_dtype) pair")
     specs = []
     for i, pair in enumerate(policies):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise TypeError(f"policies[{i}] must be a (param_dtype, reduce_dtype) pair, got {pair!r}")
+        if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+            raise TypeError(f"policies[{i}] must be a (param_dtype, reduce_dtype[, grad_dtype]) tuple, "
+                            f"got {pair!r}")
         p = _check_dtype(f"policies[{i}] param_dtype", pair[0])
         r = _check_dtype(f"policies[{i}] reduce_dtype", pair[1])
-        specs.append([dtype_name(p), dtype_name(r)])
+        spec = [dtype_name(p), dtype_name(r)]
+        if len(pair) == 3:
+            spec.append(dtype_name(_check_dtype(f"policies[{i}] grad_dtype", pair[2])))
+        specs.append(spec)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     interpreter = os.fspath(python) if python is not None else sys.executable
@@ -316,7 +339,8 @@ def fsdp_reduce_report(
     """:func:`fsdp_reduce_dtypes_many` with JSON in and out, plus the source that decides.
 
     For :func:`explainers.releases.run_under`, which runs it under another torch
-    release: ``policies`` are ``[param_dtype, reduce_dtype]`` pairs of dtype names
+    release: ``policies`` are ``[param_dtype, reduce_dtype]`` pairs, or
+    ``[param_dtype, reduce_dtype, grad_dtype]`` triples, of dtype names
     (``"bfloat16"`` or ``"torch.bfloat16"``) or ``None``.  Returns ``torch_version``,
     ``release`` (:func:`explainers.releases.release_of`), ``runs`` (one
     :func:`fsdp_reduce_dtypes` result per policy) and ``source``
@@ -330,7 +354,7 @@ def fsdp_reduce_report(
     >>> fsdp_reduce_report([[torch.bfloat16, None]])
     Traceback (most recent call last):
     ...
-    TypeError: policies[0] must be a pair of dtype names or None, got [torch.bfloat16, None]
+    TypeError: policies[0] must be a pair or triple of dtype names or None, got [torch.bfloat16, None]
     """
     from explainers.releases import release_of
 
@@ -338,10 +362,10 @@ def fsdp_reduce_report(
         raise TypeError(f"policies must be a list of [param_dtype, reduce_dtype] name pairs, got {policies!r}")
     pairs = []
     for i, pair in enumerate(policies):
-        if (isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2
+        if (isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) not in (2, 3)
                 or not all(n is None or isinstance(n, str) for n in pair)):
-            raise TypeError(f"policies[{i}] must be a pair of dtype names or None, got {list(pair)!r}")
-        pairs.append((parse_dtype(pair[0]), parse_dtype(pair[1])))
+            raise TypeError(f"policies[{i}] must be a pair or triple of dtype names or None, got {list(pair)!r}")
+        pairs.append(tuple(parse_dtype(n) for n in pair))
     return {
         "torch_version": torch.__version__,
         "release": release_of(torch.__version__),
@@ -361,6 +385,10 @@ _REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], .
         (_FSDP2 + "_fsdp_collectives.py", "grad_dtype = unsharded_grads[0].dtype", 2, None),
         # ... and casts the reduced shard to the parameters' original dtype.
         (_FSDP2 + "_fsdp_collectives.py", "_to_dtype_if_needed(reduce_output, orig_dtype)", 1, None),
+        # With gradient sync off, post_backward reshards and moves each gradient
+        # to an accumulator in reduce_dtype, only if one is set.
+        (_FSDP2 + "_fsdp_param_group.py", "if not self.reduce_grads:", 6, "def post_backward"),
+        (_FSDP2 + "_fsdp_param.py", "def to_accumulated_grad_if_needed", None, None),
     ),
     "2.15.0": (
         # Each parameter's gradient dtype: reduce_dtype, else its grad_dtype, else its own dtype.
@@ -370,14 +398,22 @@ _REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], .
         # ... except where it is wider than the compute dtype (more bytes) ...
         (_FSDP2 + "_fsdp_param_group.py", "self._fsdp_params_with_wider_grad_dtype = [", 9,
          "def _init_mp_dtypes"),
-        # ... whose cast is left to the copy-in.
-        (_FSDP2 + "_fsdp_param_group.py", "def _set_unsharded_grad_dtypes", 5, None),
+        # ... whose cast pre_backward defers to the copy-in, by clearing grad_dtype,
+        # in a backward that reduces or onto an existing gradient; with gradient
+        # sync off and no gradient yet, grad_dtype stays and autograd casts to it.
+        (_FSDP2 + "_fsdp_param_group.py", "self._set_unsharded_grad_dtypes(defer_upcast=True)", 1,
+         "def pre_backward"),
+        (_FSDP2 + "_fsdp_param_group.py", "def _set_unsharded_grad_dtypes", None, None),
         # The reduce dtype: the promotion of those dtypes (without the partial-HSDP case).
         (_FSDP2 + "_fsdp_param_group.py", "def _get_reduce_dtype(", 11, None),
         (_FSDP2 + "_fsdp_param_group.py", "return functools.reduce(torch.promote_types, dtypes)", 1,
          "def _get_reduce_dtype("),
-        # The reduced shard is cast to each parameter's sharded gradient dtype.
+        # The reduced shard is cast to each parameter's sharded gradient dtype,
+        # not at all where that is None (a grad_dtype=None set on the parameter).
+        (_FSDP2 + "_fsdp_collectives.py", "key=lambda param_and_size: param_and_size[0].sharded_grad_dtype", 1,
+         None),
         (_FSDP2 + "_fsdp_collectives.py", "new_output = _to_dtype_if_needed(group_output, grad_dtype)", 1, None),
+        (_FSDP2 + "_fsdp_common.py", "def _to_dtype_if_needed(", None, None),
         # What the release's MixedPrecisionPolicy docstring says changed.
         (_FSDP2 + "_fsdp_api.py", ".. versionchanged:: 2.15", 7, None),
     ),
@@ -410,8 +446,10 @@ def leaf_grad_dtype(param_dtype: torch.dtype, grad_dtype: torch.dtype) -> torch.
 
     The leaf is used in ``param_dtype`` arithmetic, so its incoming gradient is
     ``param_dtype``; ``Tensor.grad_dtype`` asks autograd to store it in another
-    dtype, which is how FSDP2 2.15.0 makes its unsharded parameters' gradients
-    arrive in ``reduce_dtype``.
+    dtype.  FSDP2 2.15.0 sets its unsharded parameters' ``grad_dtype`` to their
+    ``unsharded_grad_dtype``, so their gradients arrive in that dtype when it is
+    not wider than the compute dtype; a wider one it clears in a backward that
+    reduces, leaving the cast to the reduce-scatter's copy-in.
 
     >>> leaf_grad_dtype(torch.bfloat16, torch.float16)
     torch.float16
@@ -539,10 +577,51 @@ def _rendezvous(rank: int, world_size: int, d: Path, timeout: float):
     return store
 
 
-def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -> dict[str, Any]:
-    import torch.distributed as dist
+def _new_model(spec: list[str | None]) -> torch.nn.Module:
+    torch.manual_seed(0)  # the same initial weights on every rank, as FSDP2 expects
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+
+
+def _shard(model: torch.nn.Module, spec: list[str | None]) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if len(spec) == 3:  # an explicit grad_dtype on every parameter, None included
+        for p in model.parameters():
+            p.grad_dtype = parse_dtype(spec[2])
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(
+        param_dtype=parse_dtype(spec[0]), reduce_dtype=parse_dtype(spec[1])))
+
+
+def _no_sync_grad_dtype(spec: list[str | None], rank: int) -> str:
+    """One backward with gradient sync off: the dtype of the gradient FSDP2 holds per parameter."""
+    model = _new_model(spec)
+    _shard(model, spec)
+    model.set_requires_gradient_sync(False)
+    model(_inputs(rank)).float().sum().backward()
+    if any(p.grad is not None for p in model.parameters()):
+        raise RuntimeError("FSDP2 produced a sharded .grad with gradient sync off")
+    # Private FSDP2 state (torch 2.14.1 and 2.15.0): the gradient held between
+    # microbatches is `unsharded_accumulated_grad` where 2.14.1 moved it there to
+    # upcast it to reduce_dtype, else the unsharded parameter's .grad (in 2.15.0
+    # `unsharded_accumulated_grad` is a property returning that .grad).
+    held = set()
+    for fp in model._get_fsdp_state()._fsdp_param_group.fsdp_params:
+        grad = fp.unsharded_accumulated_grad
+        if grad is None:
+            grad = fp._unsharded_param.grad
+        if grad is None:
+            raise RuntimeError("FSDP2 holds no gradient after a backward with gradient sync off")
+        held.add(str(grad.dtype))
+    if len(held) != 1:
+        raise RuntimeError(f"non-uniform held gradient dtypes with gradient sync off: {held}")
+    return held.pop()
+
+
+def _observe_one(spec: list[str | None], rank: int) -> dict[str, Any]:
+    import torch.distributed as dist
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    param_dtype, reduce_dtype = spec[0], spec[1]
 
     events: list[dict[str, Any]] = []
 
@@ -602,16 +681,10 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
     for n, fn in originals.items():
         setattr(dist, n, wrap(n, fn))
     try:
-        torch.manual_seed(0)  # the same initial weights on every rank, as FSDP2 expects
-        model = torch.nn.Sequential(
-            torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)
-        )
+        model = _new_model(spec)
         orig_dtypes = {str(p.dtype) for p in model.parameters()}
         reference = _mean_grads_fp64(model, dist.get_world_size())
-        policy = MixedPrecisionPolicy(
-            param_dtype=parse_dtype(param_dtype), reduce_dtype=parse_dtype(reduce_dtype)
-        )
-        fully_shard(model, mp_policy=policy)
+        _shard(model, spec)
         with Collect():
             model(_inputs(rank)).float().sum().backward()
     finally:
@@ -716,6 +789,8 @@ def _observe_one(param_dtype: str | None, reduce_dtype: str | None, rank: int) -
         "reduce_op": rs_ops.pop(),
         "sharded_grad_dtype": sharded.pop(),
         "grad_is_rank_mean": worst < _MEAN_RTOL,
+        "param_grad_dtype": spec[2] if len(spec) == 3 else "unset",
+        "no_sync_grad_dtype": _no_sync_grad_dtype(spec, rank),
     }
 
 
@@ -783,7 +858,7 @@ def _main(argv: list[str] | None = None) -> int:
     specs = json.loads((args.dir / "policies.json").read_text())
     _rendezvous(args.rank, args.world_size, args.dir, args.timeout)
     try:
-        results = [_observe_one(p, r, args.rank) for p, r in specs]
+        results = [_observe_one(spec, args.rank) for spec in specs]
         dist.barrier()  # rank 0 owns the store: nobody leaves while others still need it
     finally:
         dist.destroy_process_group()

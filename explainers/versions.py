@@ -41,25 +41,33 @@ DIFFERENCES: tuple[Difference, ...] = (
                "source from the wrong rank, silently, along mesh dims whose groups are not consecutive "
                "ranks; 2.15.0 broadcasts what gloo broadcasts"),
     Difference("allocator", "versions-allocator-free",
-               "the host allocator's free() when recording an event fails: 2.14.1 lets the exception "
-               "out, 2.15.0 catches it and warns once; in both the block is not reused"),
+               "the host allocator's free() when recording an event fails, reached from a dying "
+               "StorageImpl: 2.14.1 lets the exception out and the process terminates; 2.15.0 "
+               "catches it, warns once, and never reuses the block"),
     Difference("allocator", "versions-allocator-stats",
-               "the host allocator's per-bucket statistics: 2.14.1 updates one shared counter array "
-               "from pools that hold different mutexes, 2.15.0 keeps them per pool under a new "
-               "innermost stats_.allocations_mutex_"),
+               "the host allocator's statistics: 2.14.1 updates the allocation and per-bucket counters "
+               "from pools holding different mutexes and getStats reads them under the default pool's "
+               "locks only (ThreadSanitizer reports races); 2.15.0 keeps per-bucket counters per pool "
+               "and guards the rest with a new innermost stats_.allocations_mutex_ (no reports)"),
     Difference("allocator", "versions-allocator-empty-cache",
-               "the host allocator's empty_cache(): 2.14.1 reads a pool's block set without its "
-               "blocks_mutex_ and re-locks instance_mutex_ it already holds; 2.15.0 does neither"),
+               "the host allocator's empty_cache(): 2.14.1 can destroy mutexes a concurrent free() "
+               "holds, and re-locks instance_mutex_ shared while holding it (libstdc++ throws "
+               "std::system_error); 2.15.0 does neither"),
     Difference("allocator", "versions-allocator-record-stream",
                "aten::record_stream's kernels: 2.15.0 adds MPS; neither release has a CPU kernel"),
     Difference("precision", "versions-precision-fsdp2-reduce-dtype",
                "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 "
-               "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16, 2.15.0 copies them into "
-               "an fp32 buffer and reduce-scatters fp32; with reduce_dtype=fp16, 2.15.0 hands the "
-               "collective fp16 gradients (the parameter's grad_dtype), 2.14.1 bf16 ones"),
+               "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16 and, with gradient sync "
+               "off, holds bf16 gradients; 2.15.0 copies them into an fp32 buffer, reduce-scatters fp32 "
+               "and holds fp32 gradients; reduce_dtype=bf16 gives 2.14.1's behaviour on both; with "
+               "reduce_dtype=fp16 both reduce in fp16, but 2.15.0's gradients are fp16 before the "
+               "copy-in (the parameter's grad_dtype), 2.14.1's bf16; an explicit grad_dtype=None on the "
+               "parameters makes 2.15.0 reduce in bf16 and leave a bf16 sharded .grad (2.14.1 ignores it)"),
     Difference("precision", "versions-precision-refusal-type",
-               "mean() of an integer tensor and argmax() of a bool tensor: 2.14.1 raises RuntimeError, "
-               "2.15.0 NotImplementedError (a RuntimeError subclass), with the same message"),
+               "mean, nanmean, std and var_mean of an integer tensor and argmax and argmin of a bool "
+               "tensor: 2.14.1 raises RuntimeError, 2.15.0 NotImplementedError (a RuntimeError "
+               "subclass), with the same message; on meta and fake tensors only nanmean changed, mean "
+               "and var_mean raise RuntimeError on both and std, argmax and argmin do not refuse"),
 )
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from explainers.precision import (
+    REFUSALS,
     accumulator_table,
     addmm_roundings,
     bf16_sum_thread_partials,
@@ -18,6 +19,7 @@ from explainers.precision import (
     output_dtype,
     probe_accumulator,
     quote_installed,
+    refusal_report,
     running_sum,
     ulp,
 )
@@ -97,6 +99,27 @@ def test_output_dtype_and_errors():
     assert output_dtype(lambda x: x.mean(), torch.int8) == f"error: {refusal}"
     assert output_dtype(lambda x: x - x, torch.bool) == "error: NotImplementedError"
     assert capture_error(lambda: int("x"))[0] == "ValueError"
+
+
+def test_refusal_report():
+    release = release_of(torch.__version__)
+    report = refusal_report()
+    assert report["release"] == release and [[c["op"], c["dtype"]] for c in report["cases"]] == [
+        list(c) for c in REFUSALS]
+    by = {c["op"]: c for c in report["cases"]}
+    cls = {"2.14.1": "RuntimeError", "2.15.0": "NotImplementedError"}[release]
+    assert all(c["cpu"]["raises"] == cls and c["cpu"]["frames"] == [] for c in report["cases"])
+    # mean and var_mean refuse meta and fake tensors in torch._refs.mean, with RuntimeError on both
+    for op in ("mean", "var_mean"):
+        for where in ("meta", "fake"):
+            assert by[op][where]["raises"] == "RuntimeError"
+            assert "_refs/__init__.py:mean" in by[op][where]["frames"]
+    assert by["nanmean"]["meta"]["raises"] == by["nanmean"]["fake"]["raises"] == cls
+    assert by["std"]["meta"] == {"returns": "int32"} and by["argmax"]["fake"] == {"returns": "int64"}
+    with pytest.raises(ValueError, match="not a function"):
+        refusal_report([["no_such_op", "int32"]])
+    with pytest.raises(TypeError, match="pair"):
+        refusal_report(["mean"])
 
 
 def test_mm_out_dtype_not_on_cpu():

@@ -35,6 +35,11 @@ EXPECTED = {
     "2.14.1": {None: (BF16, BF16), FP32: (BF16, FP32), FP16: (BF16, FP16)},
     "2.15.0": {None: (BF16, FP32), FP32: (BF16, FP32), FP16: (FP16, FP16)},
 }
+# The dtype of the gradient FSDP2 holds after one backward with gradient sync off.
+HELD = {
+    "2.14.1": {None: BF16, FP32: FP32, FP16: FP16},
+    "2.15.0": {None: FP32, FP32: FP32, FP16: FP16},
+}
 
 
 @contextlib.contextmanager
@@ -61,10 +66,12 @@ def _capture_everything():
 
 @pytest.fixture(scope="module")
 def launch():
-    """One launch, four policies: bf16 compute with reduce_dtype None / fp32 / fp16; all fp32."""
+    """One launch, five policies: bf16 compute with reduce_dtype None / fp32 / fp16; all fp32;
+    bf16 compute with every parameter's grad_dtype set to None."""
     with _capture_everything() as written:
         report = fsdp_reduce_report(
-            [["bfloat16", None], ["bfloat16", "float32"], ["bfloat16", "float16"], ["float32", None]],
+            [["bfloat16", None], ["bfloat16", "float32"], ["bfloat16", "float16"], ["float32", None],
+             ["bfloat16", None, None]],
             timeout=420,  # ~15 s idle; minutes on a loaded 2-core box
         )
     return report, written
@@ -94,10 +101,13 @@ def _common(r):
     # The sharded .grad is the parameters' dtype, and really the ranks' mean.
     assert r["sharded_grad_dtype"] == FP32
     assert r["grad_is_rank_mean"] is True
+    assert r["param_grad_dtype"] == "unset"
+    # With gradient sync off, reduce_dtype (or on 2.15.0 the parameters' dtype) sets the held gradient.
+    assert r["no_sync_grad_dtype"] == HELD[RELEASE][r["reduce_dtype"]]
 
 
 def test_every_supported_release_has_expectations():
-    assert set(EXPECTED) == set(SUPPORTED)
+    assert set(EXPECTED) == set(HELD) == set(SUPPORTED)
 
 
 @pytest.mark.slow
@@ -156,6 +166,17 @@ def test_no_mixed_precision_stays_fp32(observed):
 
 
 @pytest.mark.slow
+def test_explicit_grad_dtype_none(observed):
+    r = observed[4]
+    assert r["param_grad_dtype"] is None and r["reduce_dtype"] is None
+    # 2.15.0 reduces a grad_dtype=None parameter's gradient in its own dtype and does not cast the
+    # reduced shard; 2.14.1's FSDP2 does not read grad_dtype at all.
+    assert (r["unsharded_grad_dtype"], r["reduce_scatter_dtype"], r["no_sync_grad_dtype"]) == (BF16, BF16, BF16)
+    assert r["sharded_grad_dtype"] == {"2.14.1": FP32, "2.15.0": BF16}[RELEASE]
+    assert r["reduce_op"] == "AVG" and r["grad_is_rank_mean"] is True
+
+
+@pytest.mark.slow
 def test_timeout_kills_the_ranks():
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="did not finish in 0.5 s"):
@@ -196,6 +217,8 @@ def test_bad_input(kwargs, exc, match):
         ("bf16", TypeError, "sequence of"),
         ([(torch.bfloat16,)], TypeError, r"policies\[0\] must be a"),
         ([(None, None), (torch.bfloat16, 3)], TypeError, r"policies\[1\] reduce_dtype"),
+        ([(None, None, None, None)], TypeError, r"policies\[0\] must be a"),
+        ([(torch.bfloat16, None, torch.int64)], ValueError, r"policies\[0\] grad_dtype must be a floating"),
     ],
 )
 def test_bad_policies(policies, exc, match):
@@ -209,6 +232,7 @@ def test_bad_policies(policies, exc, match):
         ("bfloat16", TypeError, "list of"),
         ([["bfloat16"]], TypeError, r"policies\[0\] must be a pair"),
         ([["bfloat16", 16]], TypeError, r"policies\[0\] must be a pair"),
+        ([["bfloat16", None, None, None]], TypeError, r"policies\[0\] must be a pair or triple"),
         ([["bfloat16", "fp16"]], ValueError, "not a torch dtype name: 'fp16'"),
         ([["bfloat16", "int32"]], ValueError, "floating-point"),
     ],
@@ -222,9 +246,12 @@ def test_reduce_dtype_source_is_the_releases():
     text = "\n".join(e["text"] for e in reduce_dtype_source())
     if RELEASE == "2.14.1":
         assert "reduce_dtype = reduce_dtype or grad_dtype" in text
+        assert "self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)" in text
     else:
         assert "return self.orig_dtype" in text and "torch.promote_types" in text
         assert "versionchanged:: 2.15" in text
+        assert "if grad is not None or self.reduce_grads:" in text
+        assert "p.unsharded_grad_dtype or g.dtype" in text
     # every excerpt is numbered lines of an installed file under FSDP2
     for e in reduce_dtype_source():
         assert e["path"].startswith("distributed/fsdp/_fully_shard/")
