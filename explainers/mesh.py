@@ -495,6 +495,18 @@ class RankState:
     shape: tuple[int, ...]
     values: list
 
+    @classmethod
+    def from_dict(cls, r: dict) -> RankState:
+        """The inverse of ``dataclasses.asdict`` after a JSON round trip (lists back to tuples).
+
+        >>> RankState.from_dict({"rank": 1, "coordinate": [1], "placements": ["S(0)"], "shape": [2],
+        ...                      "values": [3, 4]})
+        RankState(rank=1, coordinate=(1,), placements=('S(0)',), shape=(2,), values=[3, 4])
+        """
+        return cls(rank=r["rank"], coordinate=tuple(r["coordinate"]),
+                   placements=None if r["placements"] is None else tuple(r["placements"]),
+                   shape=tuple(r["shape"]), values=r["values"])
+
 
 @dataclass(frozen=True)
 class Step:
@@ -519,16 +531,7 @@ class Step:
     @classmethod
     def from_dict(cls, d: dict) -> Step:
         d = dict(d)
-        d["ranks"] = tuple(
-            RankState(
-                rank=r["rank"],
-                coordinate=tuple(r["coordinate"]),
-                placements=None if r["placements"] is None else tuple(r["placements"]),
-                shape=tuple(r["shape"]),
-                values=r["values"],
-            )
-            for r in d["ranks"]
-        )
+        d["ranks"] = tuple(RankState.from_dict(r) for r in d["ranks"])
         for key in ("mesh_dims", "mesh_shape"):
             d[key] = tuple(d[key])
         d["submesh"] = None if d["submesh"] is None else tuple(d["submesh"])

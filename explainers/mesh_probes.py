@@ -272,16 +272,7 @@ class GatherProbe:
     def from_dict(cls, d: dict) -> GatherProbe:
         d = dict(d)
         d["src"], d["warnings"] = tuple(d["src"]), tuple(d["warnings"])
-        d["ranks"] = tuple(
-            RankState(
-                rank=r["rank"],
-                coordinate=tuple(r["coordinate"]),
-                placements=None if r["placements"] is None else tuple(r["placements"]),
-                shape=tuple(r["shape"]),
-                values=r["values"],
-            )
-            for r in d["ranks"]
-        )
+        d["ranks"] = tuple(RankState.from_dict(r) for r in d["ranks"])
         return cls(**d)
 
 
