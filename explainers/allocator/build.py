@@ -7,9 +7,10 @@ command the page prints is the command that produced the binary.
 
 Products live in ``$TORCH_EXPLAINERS_CACHE/tsan`` (default
 ``~/.cache/torch-explainers/tsan``), one folder per SHA-256 of the torch
-version, the header, the harness, the script (flags included) and the compiler
-version: each supported torch release compiles against its own headers, so two
-releases never share a binary.
+version, the header, the harness and the headers it includes from this package
+(:data:`LOCAL_HEADERS`), the script (flags included) and the compiler version:
+each supported torch release compiles against its own headers, so two releases
+never share a binary.
 
 >>> spec = BuildSpec("shipped", TorchInstall(Path("/t"), "2.14.1"))
 >>> print(spec.script())  # doctest: +NORMALIZE_WHITESPACE
@@ -38,6 +39,7 @@ __all__ = [
     "VARIANTS",
     "FLAGS",
     "HARNESS",
+    "LOCAL_HEADERS",
     "BuildSpec",
     "Build",
     "cache_root",
@@ -61,6 +63,12 @@ FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-siz
 
 #: The harness source shipped with this package.
 HARNESS = Path(__file__).with_name("harness.cpp")
+
+#: The headers of this package that the programs include (``#include "fake_backend.h"``).
+#: They are copied next to each source in its build folder, where the quoted include
+#: finds them (no ``-I`` needed), and their content is part of every cache key, so a
+#: change to one rebuilds every program.
+LOCAL_HEADERS = (Path(__file__).with_name("fake_backend.h"),)
 
 _GXX_HINT = "install a C++ compiler with ThreadSanitizer (Debian/Ubuntu: apt-get install g++)"
 _TSAN_HINT = (
@@ -189,7 +197,7 @@ class BuildSpec:
         return "\n".join(lines)
 
     def key(self, compiler_version: str) -> str:
-        """SHA-256 over torch version, header, harness, script (flags included) and compiler version.
+        """SHA-256 over torch version, header, harness, local headers, script and compiler version.
 
         The version is hashed on its own as well as through the header, so two
         releases never share a cached binary even where their headers agree:
@@ -205,6 +213,7 @@ class BuildSpec:
             self.torch.version.encode(),
             self.torch.header.read_bytes(),
             HARNESS.read_bytes(),
+            *(f.read_bytes() for f in LOCAL_HEADERS),
             self.script().encode(),
             str(self.torch.root).encode(),
             compiler_version.encode(),
@@ -261,7 +270,8 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
         if meta.is_file() and (folder / spec.binary).is_file():
             info = json.loads(meta.read_text())
             return Build(spec, folder, True, info["compile_seconds"], tuple(map(tuple, changes)))
-        shutil.copyfile(HARNESS, folder / "harness.cpp")
+        for src in (HARNESS, *LOCAL_HEADERS):
+            shutil.copyfile(src, folder / src.name)
         env = dict(os.environ, TORCH=str(spec.torch.root))
         env["PATH"] = os.path.dirname(gxx) + os.pathsep + env.get("PATH", "")
         t0 = time.perf_counter()
@@ -312,10 +322,11 @@ def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: Torc
     """Compile *source* (one ``.cpp`` file of this package) against *torch*, or reuse the binary.
 
     Like :func:`build`, the folder is keyed by a SHA-256 of the torch version, the
-    allocator header, the source, the command and the compiler version, and named
-    with the release, so each supported release compiles once and never shares a
-    binary with another.  With ``-fsanitize=thread`` among *flags* the toolchain is
-    probed first (:func:`check_tsan`), so a missing libtsan fails with what to install.
+    allocator header, the source and :data:`LOCAL_HEADERS`, the command and the
+    compiler version, and named with the release, so each supported release compiles
+    once and never shares a binary with another.  With ``-fsanitize=thread`` among
+    *flags* the toolchain is probed first (:func:`check_tsan`), so a missing libtsan
+    fails with what to install.
 
     >>> build_program(Path("no_such.cpp"), "x", (), TorchInstall(Path("/t"), "2.15.0"))
     Traceback (most recent call last):
@@ -331,7 +342,8 @@ def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: Torc
     check_snapshot_code(header_text, str(torch.header))
     script = program_script(source.name, binary, flags)
     h = hashlib.sha256()
-    for part in (torch.version.encode(), header_text.encode(), source.read_bytes(), script.encode(),
+    for part in (torch.version.encode(), header_text.encode(), source.read_bytes(),
+                 *(f.read_bytes() for f in LOCAL_HEADERS), script.encode(),
                  str(torch.root).encode(), compiler.encode()):
         h.update(hashlib.sha256(part).digest())
     release = torch.version.split("+", 1)[0]
@@ -343,7 +355,8 @@ def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: Torc
         if meta.is_file() and executable.is_file():
             info = json.loads(meta.read_text())
             return Program(folder, executable, True, info["compile_seconds"], script)
-        shutil.copyfile(source, folder / source.name)
+        for src in (source, *LOCAL_HEADERS):
+            shutil.copyfile(src, folder / src.name)
         env = dict(os.environ, TORCH=str(torch.root))
         env["PATH"] = os.path.dirname(gxx) + os.pathsep + env.get("PATH", "")
         t0 = time.perf_counter()

@@ -30,54 +30,17 @@
 #include <system_error>
 #include <vector>
 
-namespace {
-
-struct FakeStream {
-  int id = 0;
-  FakeStream() = default;
-  explicit FakeStream(int i) : id(i) {}
-  explicit FakeStream(c10::Stream s) : id(static_cast<int>(s.id())) {}
-  operator c10::Stream() const {
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::CPU), id);
-  }
-  bool operator==(const FakeStream& o) const { return id == o.id; }
-};
-
-struct FakeEvent {};
-
-}  // namespace
-
-template <>
-struct std::hash<FakeStream> {
-  size_t operator()(const FakeStream& s) const noexcept { return std::hash<int>()(s.id); }
-};
+#include "fake_backend.h"
 
 namespace {
 
-using Base = at::CachingHostAllocatorImpl<FakeStream, FakeEvent>;
-
-// malloc stands in for cudaHostAlloc; events complete at once; no stream ever captures.
-template <bool kRecordFails>
-struct Backend final : Base {
-  bool pinned_use_background_threads() override { return false; }
-
- private:
-  void allocate_host_memory(size_t size, void** ptr) override { *ptr = std::malloc(size); }
-  void free_block(at::HostBlock<FakeStream>* block) override { std::free(block->ptr_); }
-  void record_stream(std::optional<std::vector<FakeEvent>>& events, FakeStream) override {
-    if (kRecordFails) {
-      throw std::runtime_error("event record failed");
-    }
-    events->emplace_back();
+// record_stream throws, as the CUDA backend's does when cudaEventRecord fails.
+struct FailingBackend final : FakeBackend {
+ protected:
+  void record_stream(std::optional<std::vector<FakeEvent>>&, FakeStream) override {
+    throw std::runtime_error("event record failed");
   }
-  bool query_event(FakeEvent&) override { return true; }
-  FakeStream get_current_stream() const override { return FakeStream(); }
-  bool stream_is_capturing(FakeStream) const override { return false; }
-  size_t pinned_max_round_threshold() const override { return size_t(1) << 20; }
-  size_t pinned_max_cached_size() const override { return size_t(1) << 30; }
 };
-
-using FailingBackend = Backend<true>;
 
 // The allocator as a backend declares it (CUDA's does the same): a HostAllocator whose
 // DataPtrs carry failing_deleter, which calls failing_allocator.free(ctx).
@@ -134,7 +97,7 @@ int free_through_storage(Collect& warnings) {
 }
 
 int empty_cache_with_pending_event(Collect& warnings) {
-  auto* a = new Backend<false>();  // leaked, like torch's own
+  auto* a = new FakeBackend();  // leaked, like torch's own
   const c10::MempoolId_t id{1, 1};
   a->begin_allocate_to_pool(id, [](c10::Stream) { return true; });
   auto [ptr, ctx] = a->allocate(256);  // to the private pool; the stream is not capturing

@@ -1,8 +1,8 @@
 // ThreadSanitizer harness for at::CachingHostAllocatorImpl (torch 2.14.1, 2.15.0).
 //
 // It instantiates the real, header-only pinned-memory caching allocator from
-// the installed torch (ATen/core/CachingHostAllocator.h) with a fake CPU
-// "stream" and "event", so no GPU or CUDA runtime is needed: only libc10.
+// the installed torch (ATen/core/CachingHostAllocator.h) with the fake CPU
+// backend of fake_backend.h, so no GPU or CUDA runtime is needed: only libc10.
 //
 // Threads (TSAN numbers them T1, T2, ... in creation order):
 //   run_worker      allocate / record_event / free, over and over
@@ -51,30 +51,7 @@ struct PlainAtomic {
 #include <thread>
 #include <vector>
 
-namespace {
-
-// A stream is only a hashable identity to the allocator (streams_ is a
-// ska::flat_hash_set<S>), plus conversions to and from c10::Stream.
-struct FakeStream {
-  int id = 0;
-  FakeStream() = default;
-  explicit FakeStream(int i) : id(i) {}
-  explicit FakeStream(c10::Stream s) : id(static_cast<int>(s.id())) {}
-  operator c10::Stream() const {
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::CPU), id);
-  }
-  bool operator==(const FakeStream& o) const { return id == o.id; }
-};
-
-// Events complete immediately (query_event returns true).
-struct FakeEvent {};
-
-}  // namespace
-
-template <>
-struct std::hash<FakeStream> {
-  size_t operator()(const FakeStream& s) const noexcept { return std::hash<int>()(s.id); }
-};
+#include "fake_backend.h"
 
 namespace {
 
@@ -85,26 +62,8 @@ std::shared_ptr<c10::GatheredContext> gather_context() {
   return std::make_shared<FakeContext>();
 }
 
-using Base = at::CachingHostAllocatorImpl<FakeStream, FakeEvent>;
-
-// The backend hooks are private virtuals that throw by default; a backend
-// overrides them.  malloc stands in for cudaHostAlloc.
-struct FakeHostAllocator final : Base {
-  bool pinned_use_background_threads() override { return false; }
-
- private:
-  void allocate_host_memory(size_t size, void** ptr) override { *ptr = std::malloc(size); }
-  void free_block(at::HostBlock<FakeStream>* block) override { std::free(block->ptr_); }
-  void record_stream(std::optional<std::vector<FakeEvent>>& events, FakeStream) override {
-    events->emplace_back();
-  }
-  bool query_event(FakeEvent&) override { return true; }
-  FakeStream get_current_stream() const override { return FakeStream(); }
-  bool stream_is_capturing(FakeStream) const override { return false; }
-  // Fixed values, so the run does not depend on PYTORCH_*_ALLOC_CONF.
-  size_t pinned_max_round_threshold() const override { return size_t(1) << 20; }
-  size_t pinned_max_cached_size() const override { return size_t(1) << 30; }
-};
+// The fake backend as it is (fake_backend.h).
+struct FakeHostAllocator final : FakeBackend {};
 
 std::atomic<int> workers_running{0};
 // Counted by the observer threads and read by the workers, which keep going

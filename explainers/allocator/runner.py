@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import Build, BuildSpec, build, cache_root, check_tsan, find_compiler
+from .build import LOCAL_HEADERS, Build, BuildSpec, build, cache_root, check_tsan, find_compiler
 from .errors import HarnessFailedError, TsanRuntimeError
 from .overlay import ATOMIC_FIELDS
 from .races import RaceRecord, classify, group_by_family, load_sources
@@ -234,8 +234,9 @@ def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: floa
     (2, 2)
     """
     lines = [
-        "# In a folder holding harness.cpp (shown above); needs g++ with libtsan",
-        f"# and torch {torch.version.split('+')[0]}.",
+        f"# In a folder holding {' and '.join(['harness.cpp', *(f.name for f in LOCAL_HEADERS)])} "
+        "(shown above);",
+        f"# needs g++ with libtsan and torch {torch.version.split('+')[0]}.",
         "TORCH=$(python -c 'import os, torch; print(os.path.dirname(torch.__file__))')",
     ]
     for variant in ("shipped", "atomics removed"):

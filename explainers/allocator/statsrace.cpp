@@ -19,49 +19,16 @@
 #include <string>
 #include <thread>
 
+#include "fake_backend.h"
+
 namespace {
 
 thread_local int current_stream = 0;
 
-struct FakeStream {
-  int id = 0;
-  FakeStream() = default;
-  explicit FakeStream(int i) : id(i) {}
-  explicit FakeStream(c10::Stream s) : id(static_cast<int>(s.id())) {}
-  operator c10::Stream() const {
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::CPU), id);
-  }
-  bool operator==(const FakeStream& o) const { return id == o.id; }
-};
-
-struct FakeEvent {};
-
-}  // namespace
-
-template <>
-struct std::hash<FakeStream> {
-  size_t operator()(const FakeStream& s) const noexcept { return std::hash<int>()(s.id); }
-};
-
-namespace {
-
-using Base = at::CachingHostAllocatorImpl<FakeStream, FakeEvent>;
-
-struct FakeHostAllocator final : Base {
-  bool pinned_use_background_threads() override { return false; }
-
- private:
-  void allocate_host_memory(size_t size, void** ptr) override { *ptr = std::malloc(size); }
-  void free_block(at::HostBlock<FakeStream>* block) override { std::free(block->ptr_); }
-  void record_stream(std::optional<std::vector<FakeEvent>>& events, FakeStream) override {
-    events->emplace_back();
-  }
-  bool query_event(FakeEvent&) override { return true; }
+struct FakeHostAllocator final : FakeBackend {
+ protected:
   // The calling thread's stream: the private pool takes what stream 1 allocates.
   FakeStream get_current_stream() const override { return FakeStream(current_stream); }
-  bool stream_is_capturing(FakeStream) const override { return false; }
-  size_t pinned_max_round_threshold() const override { return size_t(1) << 20; }
-  size_t pinned_max_cached_size() const override { return size_t(1) << 30; }
 };
 
 struct Quiet : c10::WarningHandler {
