@@ -528,8 +528,9 @@ def test_a_comment_excerpt_is_not_highlighted_as_cpp():
 
     note = {"start": 1, "end": 1, "text": " * it holds that pool's mutex together with default_pool_'s."}
     code = {"start": 1, "end": 1, "text": "  std::mutex m_;"}
-    assert "```text\n" in side_by_side({RELEASE: {"regions": {"r": note}}}, "r")
-    assert "```cpp\n" in side_by_side({RELEASE: {"regions": {"r": code}}}, "r")
+    assert "```text\n" in side_by_side({RELEASE: {"regions": {"r": note}}}, "r", language="cpp")
+    assert "```cpp\n" in side_by_side({RELEASE: {"regions": {"r": code}}}, "r", language="cpp")
+    assert "```text\n" in side_by_side({RELEASE: {"regions": {"r": code}}}, "r")  # the default
 
 
 def _other_releases():

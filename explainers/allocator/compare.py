@@ -268,10 +268,12 @@ def _column(release: str, facts: dict[str, Any] | None, name: str, language: str
             f"```{language}\n{body}\n```")
 
 
-def side_by_side(facts: dict[str, dict[str, Any]], name: str, language: str = "cpp") -> str:
+def side_by_side(facts: dict[str, dict[str, Any]], name: str, language: str = "text") -> str:
     """MyST for region *name* of each release in *facts*, oldest on the left, as grid columns.
 
     A release whose facts are ``None`` (not built on this machine) gets a column saying so.
+    Plain text by default: the columns are for reading two releases' lines against each
+    other, and highlighted C++ weighs about five times the bytes (the page has many grids).
 
     >>> one = {"start": 3, "end": 3, "text": "int x;"}
     >>> md = side_by_side({"2.15.0": {"regions": {"r": one}}, "2.14.1": {"regions": {"r": None}}}, "r")
@@ -283,7 +285,7 @@ def side_by_side(facts: dict[str, dict[str, Any]], name: str, language: str = "c
     :::{grid-item}
     **2.15.0**, `CachingHostAllocator.h` lines 3–3
     <BLANKLINE>
-    ```cpp
+    ```text
     3  int x;
     ```
     :::
