@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from explainers.precision import md_table
+
 __all__ = [
     "ISSUES",
     "ISSUES_STATE_AS_OF",
@@ -47,6 +49,8 @@ __all__ = [
     "run_issue_163449",
     "IssueSummary",
     "summarize_issue_runs",
+    "issue_runs_table",
+    "t10_rest_max",
 ]
 
 #: When :data:`ISSUES`' states were read on GitHub.
@@ -597,3 +601,34 @@ def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
         pow_follows_compiled_t7=all(r.pow_follows_compiled_t7 for r in runs),
         eager_var_fp64_rounded=sum(r.eager_var_is_fp64_rounded for r in runs),
     )
+
+
+def issue_runs_table(runs: list[SeedRun]) -> str:
+    """The Markdown table of ``runs``' outputs: eager, compiled (as filed, no emulation), fp64.
+
+    >>> r = SeedRun(7, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+    >>> print(issue_runs_table([r]))
+    | seed | eager | compiled, as filed | compiled, no emulation | fp64 |
+    |---|---|---|---|---|
+    | 7 | 2 | 2 | 2.2 | 2.1 |
+    """
+    return md_table([{
+        "seed": r.seed, "eager": r.eager, "compiled, as filed": r.compiled,
+        "compiled, no emulation": r.compiled_no_emulation, "fp64": r.fp64,
+    } for r in runs], fmt=".6g")
+
+
+def t10_rest_max(runs: list[SeedRun]) -> float:
+    """The largest ``t10 - t4 = t7 + relu(arg4)`` over ``runs``' seeds, eager, in fp32.
+
+    The rest of the outer exponent ``t10 = t7 + t4 + t9``: ``t7`` is
+    ``arg3.var(dim=0).var()`` and ``t9`` is ``relu(arg4)``, both from the
+    seed's fp32 inputs (:func:`issue_163449_inputs`).
+
+    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+    >>> args = issue_163449_inputs(0, requires_grad=False)
+    >>> t10_rest_max([r]) == (args[3].var(dim=0).var() + torch.relu(args[4])).item()
+    True
+    """
+    return max((args[3].var(dim=0).var() + torch.relu(args[4])).item()
+               for args in (issue_163449_inputs(r.seed, requires_grad=False) for r in runs))

@@ -42,6 +42,8 @@ __all__ = [
     "addmm_roundings",
     "REFUSALS",
     "refusal_report",
+    "refusal_cases",
+    "refusal_table",
 ]
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
@@ -378,6 +380,45 @@ def refusal_report(cases: Sequence[Sequence[str]] | None = None) -> dict:
                 row[where] = {"returns": str(first.dtype).removeprefix("torch.")}
         rows.append(row)
     return {"torch_version": torch.__version__, "release": release_of(torch.__version__), "cases": rows}
+
+
+def refusal_cases(reports: dict[str, dict]) -> dict[str, dict[tuple[str, str], dict]]:
+    """``{release: {(function, dtype name): case}}`` from :func:`refusal_report` results per release.
+
+    >>> rep = {"cases": [{"op": "mean", "dtype": "int32", "cpu": {"raises": "RuntimeError"}}]}
+    >>> refusal_cases({"2.14.1": rep})["2.14.1"]["mean", "int32"]["cpu"]
+    {'raises': 'RuntimeError'}
+    """
+    return {rel: {(c["op"], c["dtype"]): c for c in r["cases"]} for rel, r in reports.items()}
+
+
+_REFUSAL_COLUMNS = (("CPU tensor", "cpu"), ("meta tensor", "meta"), ("`FakeTensorMode`", "fake"))
+
+
+def refusal_table(reports: dict[str, dict]) -> str:
+    """The Markdown table of :func:`refusal_report` results per release: one row per case and release.
+
+    Rows follow the first report's cases, and within a case the order of
+    ``reports``; each outcome is the class raised, or ``returns <dtype>``.
+
+    >>> case = {"op": "std", "dtype": "int32", "cpu": {"raises": "RuntimeError"},
+    ...         "meta": {"returns": "float32"}, "fake": {"returns": "float32"}}
+    >>> print(refusal_table({"2.14.1": {"cases": [case]}}))
+    | op | torch | CPU tensor | meta tensor | `FakeTensorMode` |
+    |---|---|---|---|---|
+    | `std` of `int32` | 2.14.1 | RuntimeError | returns float32 | returns float32 |
+    """
+    by = refusal_cases(reports)
+    rows = []
+    for op, dtype in next(iter(by.values()), {}):
+        for rel, cases in by.items():
+            case = cases[op, dtype]
+            rows.append({
+                "op": f"`{op}` of `{dtype}`", "torch": rel,
+                **{col: case[w]["raises"] if "raises" in case[w] else f"returns {case[w]['returns']}"
+                   for col, w in _REFUSAL_COLUMNS},
+            })
+    return md_table(rows)
 
 
 def output_dtype(op: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype) -> str:

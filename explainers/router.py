@@ -23,10 +23,13 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from explainers.precision import md_table
 
 __all__ = [
     "topk_softmax",
@@ -39,6 +42,8 @@ __all__ = [
     "RouterRoundings",
     "router_roundings",
     "router_source",
+    "router_table",
+    "topk_tie_note",
 ]
 
 
@@ -264,6 +269,53 @@ def compare_routers(
         rows_tied_logits_not_probs=int((tied & ~tied_p).sum()),
         rows_different_without_tie=int((differ & ~(tied & tied_p)).sum()),
     )
+
+
+def router_table(comparisons: Iterable[RouterComparison]) -> str:
+    """The Markdown table of :func:`compare_routers` results: one row per dtype and router.
+
+    Routers A, B and B′ (B32), except B′ in fp32, where it is B; floats to two
+    significant digits.
+
+    >>> import torch
+    >>> c = compare_routers(torch.float32, tokens=64, n_experts=16, k=4)
+    >>> print(router_table([c]).splitlines()[0])
+    | dtype | router | tokens whose expert set differs from the reference's | max error, ulps | max abs(sum - 1) |
+    >>> [row.split(" | ")[:2] for row in router_table([c]).splitlines()[2:]]
+    [['| float32', 'A'], ['| float32', 'B']]
+    """
+    rows = []
+    for c in comparisons:
+        for name, differ, ulps, drift in (
+            ("A", c.rows_a_not_reference, c.max_ulps_a, c.max_sum_drift_a),
+            ("B", c.rows_b_not_reference, c.max_ulps_b, c.max_sum_drift_b),
+            ("B′", c.rows_b32_not_reference, c.max_ulps_b32, c.max_sum_drift_b32),
+        ):
+            if name == "B′" and c.dtype == torch.float32:
+                continue  # in fp32, B′ is B
+            rows.append({
+                "dtype": str(c.dtype).removeprefix("torch."), "router": name,
+                "tokens whose expert set differs from the reference's": differ,
+                "max error, ulps": ulps, "max abs(sum - 1)": drift,
+            })
+    return md_table(rows, fmt=".2g")
+
+
+def topk_tie_note(doc: str | None = None) -> str:
+    """The note on ties in ``torch.topk``'s documentation (``doc``: the installed one's), one line.
+
+    >>> topk_tie_note("Returns k. .. note:: Sorted. .. note:: When tied, any. Args: input")
+    'When tied, any.'
+    >>> topk_tie_note("Returns k.")
+    Traceback (most recent call last):
+    ...
+    ValueError: the documentation has no note about ties
+    """
+    doc = torch.topk.__doc__ if doc is None else doc
+    notes = [note.strip() for note in " ".join(doc.split()).split(".. note::")[1:] if "tied" in note]
+    if not notes:
+        raise ValueError("the documentation has no note about ties")
+    return notes[0].split(" Args:")[0]
 
 
 def _ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -19,7 +19,9 @@ from explainers.precision import (
     output_dtype,
     probe_accumulator,
     quote_installed,
+    refusal_cases,
     refusal_report,
+    refusal_table,
     running_sum,
     ulp,
 )
@@ -120,6 +122,36 @@ def test_refusal_report():
         refusal_report([["no_such_op", "int32"]])
     with pytest.raises(TypeError, match="pair"):
         refusal_report(["mean"])
+
+
+def _refusal_case(op, dtype, cpu, meta):
+    return {"op": op, "dtype": dtype, "cpu": {"raises": cpu, "message": "m", "frames": []},
+            "meta": meta, "fake": meta}
+
+
+def test_refusal_cases_and_table():
+    old = {"release": "2.14.1", "cases": [_refusal_case("mean", "int32", "RuntimeError", {"raises": "RuntimeError"}),
+                                          _refusal_case("argmax", "bool", "RuntimeError", {"returns": "int64"})]}
+    new = {"release": "2.15.0", "cases": [_refusal_case("mean", "int32", "NotImplementedError", {"raises": "RuntimeError"}),
+                                          _refusal_case("argmax", "bool", "NotImplementedError", {"returns": "int64"})]}
+    reports = {"2.14.1": old, "2.15.0": new}
+    by = refusal_cases(reports)
+    assert list(by) == ["2.14.1", "2.15.0"] and list(by["2.15.0"]) == [("mean", "int32"), ("argmax", "bool")]
+    assert by["2.14.1"]["argmax", "bool"] is old["cases"][1]
+    # rows: case by case, and each case's releases in the reports' order
+    assert refusal_table(reports).splitlines() == [
+        "| op | torch | CPU tensor | meta tensor | `FakeTensorMode` |",
+        "|---|---|---|---|---|",
+        "| `mean` of `int32` | 2.14.1 | RuntimeError | RuntimeError | RuntimeError |",
+        "| `mean` of `int32` | 2.15.0 | NotImplementedError | RuntimeError | RuntimeError |",
+        "| `argmax` of `bool` | 2.14.1 | RuntimeError | returns int64 | returns int64 |",
+        "| `argmax` of `bool` | 2.15.0 | NotImplementedError | returns int64 | returns int64 |",
+    ]
+    # a live report renders: one row per refusal
+    live = refusal_report([["mean", "int32"], ["std", "int32"]])
+    assert len(refusal_table({live["release"]: live}).splitlines()) == 2 + 2
+    with pytest.raises(ValueError, match="at least one row"):
+        refusal_table({})
 
 
 def test_mm_out_dtype_not_on_cpu():

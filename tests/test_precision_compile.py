@@ -15,10 +15,12 @@ from explainers.compile_divergence import (
     issue_163449_inputs,
     issue_163449_settings,
     issue_163449_steps,
+    issue_runs_table,
     measure_per_op_rounding,
     run_issue_163449,
     silence_cuda_home_warning,
     summarize_issue_runs,
+    t10_rest_max,
     welford_statements,
 )
 
@@ -123,6 +125,30 @@ def test_summary_counts():
     # pow ulps only over seeds whose pow differs; one seed breaks "pow follows t7"
     assert s.pow_ulps_range == (1.0, 1.0) and not s.pow_follows_compiled_t7
     assert s.eager_var_fp64_rounded == 1
+
+
+def test_issue_runs_table():
+    runs = [SeedRun(s, 1144.0, 2.0 + s, 2.0 + s, 0.123456789, 2.1, 2.0, 2.15, (), 0.0, True, 0.3,
+                    0.0, True, True) for s in (3, 4)]
+    assert issue_runs_table(runs).splitlines() == [
+        "| seed | eager | compiled, as filed | compiled, no emulation | fp64 |",
+        "|---|---|---|---|---|",
+        "| 3 | 5 | 5 | 0.123457 | 2.1 |",
+        "| 4 | 6 | 6 | 0.123457 | 2.1 |",
+    ]
+
+
+def test_t10_rest_max_is_the_largest_over_seeds():
+    import torch
+
+    runs = [SeedRun(s, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+            for s in range(4)]
+    rests = []
+    for s in range(4):
+        a = issue_163449_inputs(s, requires_grad=False)
+        rests.append((a[3].var(dim=0).var() + torch.relu(a[4])).item())
+    assert t10_rest_max(runs) == max(rests) and t10_rest_max(runs[:1]) == rests[0]
+    assert 0 < t10_rest_max(runs) < 2  # var of var of U(0, 1) draws, plus relu of one U(0, 1)
 
 
 @pytest.mark.slow

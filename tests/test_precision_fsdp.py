@@ -19,11 +19,14 @@ from explainers.precision_fsdp import (
     fsdp_reduce_dtypes,
     fsdp_reduce_dtypes_many,
     fsdp_reduce_report,
+    fsdp_runs_by_policy,
+    fsdp_table,
     gradient_divide_factors,
     leaf_grad_dtype,
     op_name,
     parse_dtype,
     reduce_dtype_source,
+    short_dtypes,
 )
 from explainers.releases import SUPPORTED, release_of
 
@@ -276,6 +279,51 @@ def test_helpers():
     assert op_name(ReduceOp.PREMUL_SUM(0.25)) == "PREMUL_SUM(0.25)"
     with pytest.raises(TypeError, match="not a torch.distributed.ReduceOp"):
         op_name("AVG")
+
+
+def _run(reduce_dtype, copy_in, held, op="AVG", pre=None, grad_dtype="unset"):
+    return {"param_dtype": BF16, "reduce_dtype": reduce_dtype, "param_grad_dtype": grad_dtype,
+            "unsharded_grad_dtype": BF16, "copy_in_dtype": copy_in, "reduce_scatter_dtype": copy_in,
+            "reduce_op": op, "reduce_scatters": [{"pre_divide": pre, "post_divide": None}],
+            "sharded_grad_dtype": FP32, "no_sync_grad_dtype": held, "all_gather_dtypes": [BF16]}
+
+
+FAKE_REPORTS = {
+    "2.14.1": {"release": "2.14.1", "runs": [_run(None, BF16, BF16), _run(FP16, FP16, FP16, "SUM", 2.0)]},
+    "2.15.0": {"release": "2.15.0", "runs": [_run(None, FP32, FP32), _run(None, BF16, BF16, grad_dtype=None)]},
+}
+
+
+def test_short_dtypes_only_touches_dtype_names():
+    run = _run(FP32, FP32, FP32, grad_dtype=None)
+    short = short_dtypes(run)
+    assert short["reduce_dtype"] == short["copy_in_dtype"] == "float32" and short["param_dtype"] == "bfloat16"
+    assert short["param_grad_dtype"] is None and short_dtypes(_run(None, BF16, BF16))["param_grad_dtype"] == "unset"
+    assert short["all_gather_dtypes"] == [BF16] and short["reduce_scatters"] is run["reduce_scatters"]
+    assert run["copy_in_dtype"] == FP32  # the input is not changed
+
+
+def test_fsdp_runs_by_policy():
+    by = fsdp_runs_by_policy(FAKE_REPORTS, ["None", "other"])
+    assert list(by) == ["2.14.1", "2.15.0"] and list(by["2.15.0"]) == ["None", "other"]
+    assert by["2.14.1"]["other"]["reduce_scatter_dtype"] == "float16" and by["2.15.0"]["None"]["reduce_dtype"] is None
+    with pytest.raises(ValueError, match="zip"):
+        fsdp_runs_by_policy(FAKE_REPORTS, ["None"])
+
+
+def test_fsdp_table():
+    # rows: policy by policy, and each policy's releases in the reports' order
+    assert fsdp_table(FAKE_REPORTS).splitlines() == [
+        "| policy | torch | gradients copied in | buffer, reduce-scatter | op | divided before | sharded `.grad` "
+        "| held, sync off |",
+        "|---|---|---|---|---|---|---|---|",
+        "| `reduce_dtype=None` | 2.14.1 | bfloat16 | bfloat16 | AVG |  | float32 | bfloat16 |",
+        "| `reduce_dtype=None` | 2.15.0 | bfloat16 | float32 | AVG |  | float32 | float32 |",
+        "| `reduce_dtype=float16` | 2.14.1 | bfloat16 | float16 | SUM | 2 | float32 | float16 |",
+        "| `reduce_dtype=None`, `grad_dtype = None` | 2.15.0 | bfloat16 | bfloat16 | AVG |  | float32 | bfloat16 |",
+    ]
+    with pytest.raises(ValueError, match="at least one row"):
+        fsdp_table({})
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64, 128])

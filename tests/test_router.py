@@ -11,7 +11,9 @@ from explainers.router import (
     full_softmax_then_renorm,
     k1_router_gradients,
     router_roundings,
+    router_table,
     topk_softmax,
+    topk_tie_note,
 )
 
 ROUTERS = [topk_softmax, full_softmax_then_renorm]
@@ -153,3 +155,22 @@ def test_k1_gradient():
     assert torch.equal(g["topk_softmax"], torch.zeros_like(g["topk_softmax"]))
     assert g["full_softmax_then_renorm"].abs().max() < 1e-6
     assert g["softmax_top1_no_renorm"].abs().max() > 1e-3
+
+
+def test_router_table_rows_and_fp32_has_no_b_prime():
+    cmps = [compare_routers(dt, tokens=256, n_experts=32, k=4) for dt in (torch.float32, torch.bfloat16)]
+    lines = router_table(cmps).splitlines()
+    assert lines[0] == ("| dtype | router | tokens whose expert set differs from the reference's "
+                        "| max error, ulps | max abs(sum - 1) |")
+    assert [line.split(" | ")[:2] for line in lines[2:]] == [
+        ["| float32", "A"], ["| float32", "B"], ["| bfloat16", "A"], ["| bfloat16", "B"], ["| bfloat16", "B′"]]
+    bf16 = cmps[1]
+    assert lines[-1] == (f"| bfloat16 | B′ | {bf16.rows_b32_not_reference} | {bf16.max_ulps_b32:.2g} "
+                         f"| {bf16.max_sum_drift_b32:.2g} |")
+
+
+def test_topk_tie_note():
+    assert "tied elements are not guaranteed" in topk_tie_note()
+    assert topk_tie_note(".. note:: a b. .. note:: If tied,\n   any order.  Args: x") == "If tied, any order."
+    with pytest.raises(ValueError, match="no note about ties"):
+        topk_tie_note("no notes here")
