@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from explainers.precision import md_table
+from explainers.page.tables import md_table
 
 __all__ = [
     "ISSUES",

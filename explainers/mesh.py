@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from explainers.checks import is_int
+
 __all__ = [
     "RankState",
     "Step",
@@ -48,7 +50,7 @@ __all__ = [
 
 def _check_world_size(world_size: object) -> int:
     # bool is an int subclass; `simulated_world(True)` is a bug, not a world of 1.
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
+    if not is_int(world_size):
         raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -122,7 +124,7 @@ def _check_shape_names(shape: object, names: object) -> tuple[tuple[int, ...], t
     if not shape:
         raise ValueError("mesh shape must have at least one dimension")
     for s in shape:
-        if isinstance(s, bool) or not isinstance(s, int):
+        if not is_int(s):
             raise TypeError(f"mesh shape must be a tuple of ints, got {shape!r}")
         if s < 1:
             raise ValueError(f"mesh dimension sizes must be at least 1, got {shape!r}")
@@ -470,7 +472,7 @@ def per_rank_int(value: Any, world_size: int | None = None) -> dict[int, int]:
         if local_ints is None:
             raise TypeError(f"{value!r} is a SymInt without per-rank values (not a LocalIntNode)")
         return {int(r): int(v) for r, v in sorted(local_ints.items())}
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"per_rank_int expects an int or a SymInt, got {type(value).__name__}")
     n = world_size if world_size is not None else dist.get_world_size()
     return dict.fromkeys(range(n), value)
@@ -790,7 +792,7 @@ def walkthrough(mesh: Any, numel: int = 15) -> list[Step]:
 
     from explainers.render import arange_nd
 
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+    if not is_int(numel) or numel < 1:
         raise ValueError(f"numel must be a positive int, got {numel!r}")
     if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k"):
         raise ValueError(

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from explainers.checks import is_int
 from explainers.mesh import FRAGMENT, RankState, _placement_str, rank_states, redistribute
 
 __all__ = [
@@ -37,8 +37,6 @@ __all__ = [
     "run_fragment",
     "scatter_probe",
     "simulation_trace",
-    "torch_excerpt",
-    "torch_excerpts",
     "uneven_gather_sweep",
 ]
 
@@ -206,7 +204,7 @@ def fragment_code(numel: int = 15) -> str:
 
 
 def _check_numel(numel: object) -> int:
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+    if not is_int(numel) or numel < 1:
         raise ValueError(f"numel must be a positive int, got {numel!r}")
     return numel
 
@@ -505,7 +503,7 @@ def broadcast_probe(mesh: Any, src_data_rank: int = 1) -> dict[str, dict[int, in
             "broadcast_probe needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
             f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
         )
-    if isinstance(src_data_rank, bool) or not isinstance(src_data_rank, int) or not (
+    if not is_int(src_data_rank) or not (
         0 <= src_data_rank < 2
     ):
         raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
@@ -775,66 +773,3 @@ def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
     )
 
 
-# -- excerpts of the installed torch ---------------------------------------------------------
-
-
-def torch_excerpt(relpath: str, needles: Sequence[str], after: str | None = None) -> str:
-    """Lines of an installed torch source file, located by their text.
-
-    ``relpath`` is relative to the ``torch`` package.  For each needle, the first line
-    containing it (after the line containing ``after``, and after the previous
-    needle's line) is shown with its line number; ``...`` marks skipped lines.  A
-    needle that does not occur raises ``ValueError``, so a torch that moved the code
-    fails loudly.
-
-    >>> print(torch_excerpt("distributed/tensor/_redistribute.py",
-    ...       ["def get_redistribute_planner", "if _are_we_tracing():"]))  # doctest: +ELLIPSIS
-    distributed/tensor/_redistribute.py:...: def get_redistribute_planner(
-    ...
-    distributed/tensor/_redistribute.py:...:     if _are_we_tracing():
-    >>> torch_excerpt("distributed/tensor/_redistribute.py", ["def _are_we_tracing"])
-    Traceback (most recent call last):
-    ...
-    ValueError: 'def _are_we_tracing' does not occur in distributed/tensor/_redistribute.py after line 0
-    """
-    import torch
-
-    path = Path(torch.__file__).parent / relpath
-    lines = path.read_text(encoding="utf-8").splitlines()
-    start = 0
-    if after is not None:
-        start = _find(lines, after, 0, relpath) + 1
-    out, last = [], None
-    for needle in needles:
-        no = _find(lines, needle, start, relpath)
-        if last is not None and no > last + 1:
-            out.append("...")
-        out.append(f"{relpath}:{no + 1}: {lines[no].rstrip()}")
-        start, last = no + 1, no
-    return "\n".join(out)
-
-
-def torch_excerpts(specs: Sequence[Sequence[Any]]) -> list[str]:
-    """:func:`torch_excerpt` for each ``[relpath, needles]`` or ``[relpath, needles, after]``
-    of ``specs``, so that :func:`explainers.releases.run_under` reads several excerpts of
-    another release in one process.
-
-    >>> [len(e.splitlines()) for e in torch_excerpts([
-    ...     ["distributed/tensor/_redistribute.py", ["def get_redistribute_planner("]],
-    ...     ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"],
-    ...      "def get_redistribute_planner("]])]
-    [1, 1]
-    """
-    out = []
-    for spec in specs:
-        if not 2 <= len(spec) <= 3:
-            raise ValueError(f"an excerpt is [relpath, needles] or [relpath, needles, after], not {spec!r}")
-        out.append(torch_excerpt(*spec))
-    return out
-
-
-def _find(lines: list[str], needle: str, start: int, relpath: str) -> int:
-    for i in range(start, len(lines)):
-        if needle in lines[i]:
-            return i
-    raise ValueError(f"{needle!r} does not occur in {relpath} after line {start}")

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from explainers.checks import is_int
+from explainers.page.tables import md_table
+from explainers.page.torchsource import installed_source
+
 __all__ = [
     "running_sum",
     "ulp",
@@ -34,11 +38,8 @@ __all__ = [
     "output_dtype_table",
     "capture_error",
     "emulated_dot_error",
-    "md_table",
     "num_threads",
     "bf16_sum_thread_partials",
-    "installed_source",
-    "quote_installed",
     "addmm_roundings",
     "REFUSALS",
     "refusal_report",
@@ -488,60 +489,6 @@ def emulated_dot_error(k: int = 4096, size: int = 32, seed: int = 0) -> dict[str
     }
 
 
-def md_table(rows: Sequence[dict], columns: Sequence[str] | None = None, fmt: str = ".3g") -> str:
-    """A Markdown table of ``rows`` (dicts); floats formatted with ``fmt``.
-
-    For ``glue`` with ``{glue:md}``: the page shows a table of the values the
-    cell computed.
-
-    >>> print(md_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": True}]))
-    | a | b |
-    |---|---|
-    | 1 | 0.123 |
-    | 2 | True |
-    >>> print(md_table([{"max |x|": 1.0}]))
-    | max \\|x\\| |
-    |---|
-    | 1 |
-    >>> md_table([])
-    Traceback (most recent call last):
-    ...
-    ValueError: md_table needs at least one row
-    """
-    if not rows:
-        raise ValueError("md_table needs at least one row")
-    columns = list(columns or rows[0])
-
-    def cell(v: object) -> str:
-        if isinstance(v, float):
-            return format(v, fmt)
-        return str(v).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def num_threads(n: int) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(n)``; restore the previous count on exit.
-
-    >>> import torch
-    >>> before = torch.get_num_threads()
-    >>> with num_threads(1):
-    ...     torch.get_num_threads()
-    1
-    >>> torch.get_num_threads() == before
-    True
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"thread count must be a positive int, got {n!r}")
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -> dict[str, int]:
@@ -556,7 +503,7 @@ def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -
     >>> bf16_sum_thread_partials(1, trials=3, n=1000)
     {'trials': 3, 'rounded_once': 3, 'partials_rounded': 3}
     """
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    if not is_int(threads) or threads < 1:
         raise ValueError(f"thread count must be a positive int, got {threads!r}")
     if trials < 1 or n < threads:
         raise ValueError(f"need trials >= 1 and n >= threads, got trials={trials}, n={n}")
@@ -574,68 +521,34 @@ def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -
     return {"trials": trials, "rounded_once": once, "partials_rounded": partials}
 
 
-def installed_source(relpath: str) -> str:
-    """The text of a file shipped in the installed torch package, ``relpath`` below ``torch/``.
 
-    Pages quote the torch they run on (Python sources, and C++ headers under
-    ``include/``) instead of copies.
 
-    >>> "get_dtype_from_self" in installed_source("include/ATen/native/ReduceOpsUtils.h")
+@contextlib.contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(n)``; restore the previous count on exit.
+
+    >>> import torch
+    >>> before = torch.get_num_threads()
+    >>> with num_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
     True
-    >>> installed_source("no/such/file.h")
-    Traceback (most recent call last):
-    ...
-    FileNotFoundError: no/such/file.h is not in the installed torch
     """
-    from pathlib import Path
-
-    path = Path(torch.__file__).parent / relpath
-    if not path.is_file():
-        raise FileNotFoundError(f"{relpath} is not in the installed torch")
-    return path.read_text(encoding="utf-8")
+    if not is_int(n) or n < 1:
+        raise ValueError(f"thread count must be a positive int, got {n!r}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 #: CPU column of the installed AccumulateType.h (Half/BFloat16 -> float, float -> double).
 HEADER_CPU_ACC: dict[torch.dtype, torch.dtype] = header_acc_types("CPU")
 
 
-def quote_installed(relpath: str, needle: str, lines: int | None = None, after: str | None = None) -> str:
-    """Numbered lines of an installed torch file, starting at the first line containing ``needle``.
-
-    ``lines`` lines are shown, or, by default, up to the end of the brace (or
-    indented Python) block that starts there.  ``after`` first skips to the
-    line containing it.  The numbers are the installed file's.
-
-    >>> text = quote_installed("include/ATen/OpMathType.h", "struct OpMathType<at::BFloat16>", lines=2)
-    >>> [line.split("  ", 1)[1] for line in text.splitlines()]   # without the line numbers
-    ['struct OpMathType<at::BFloat16> {', '  using type = float;']
-    >>> quote_installed("include/ATen/OpMathType.h", "no such text")
-    Traceback (most recent call last):
-    ...
-    ValueError: 'no such text' does not occur in include/ATen/OpMathType.h
-    """
-    from explainers.allocator.source import block_end, excerpt, find_line
-
-    text = installed_source(relpath)
-    try:
-        start = find_line(text, needle, after=find_line(text, after) if after else 0)
-    except ValueError:
-        raise ValueError(f"{needle!r} does not occur in {relpath}") from None
-    if lines is not None:
-        end = start + lines - 1
-    elif relpath.endswith(".py"):
-        src = text.splitlines()
-        indent = len(src[start - 1]) - len(src[start - 1].lstrip())
-        end = start
-        for no in range(start + 1, len(src) + 1):
-            ln = src[no - 1]
-            if ln.strip() and len(ln) - len(ln.lstrip()) <= indent and not ln.lstrip().startswith(")"):
-                break
-            if ln.strip():
-                end = no
-    else:
-        end = block_end(text, start)
-    return excerpt(text, start, end)
 
 
 def addmm_roundings(m: int = 64, k: int = 512, n: int = 64, seed: int = 0) -> dict[str, float | int]:

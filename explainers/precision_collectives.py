@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
+from explainers.checks import is_int
+
 __all__ = [
     "rank_gradients",
     "allreduce",
@@ -54,7 +56,7 @@ def rank_gradients(world_size: int, n: int = 4096, seed: int = 0) -> dict[int, t
     >>> sorted(g), g[0].dtype, tuple(g[1].shape)
     ([0, 1], torch.bfloat16, (3,))
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not is_int(world_size) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")

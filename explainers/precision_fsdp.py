@@ -76,7 +76,8 @@ from typing import Any
 
 import torch
 
-from explainers.precision import md_table
+from explainers.checks import is_int
+from explainers.page.tables import md_table
 
 __all__ = [
     "dtype_name",
@@ -190,7 +191,7 @@ def gradient_divide_factors(
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
 
     _check_dtype("reduce_dtype", reduce_dtype)
-    if isinstance(data_parallel_size, bool) or not isinstance(data_parallel_size, int):
+    if not is_int(data_parallel_size):
         raise TypeError(f"data_parallel_size must be an int, got {type(data_parallel_size).__name__}")
     if data_parallel_size < 1:
         raise ValueError(f"data_parallel_size must be >= 1, got {data_parallel_size}")
@@ -215,7 +216,7 @@ def _check_dtype(arg: str, dtype: object) -> torch.dtype | None:
 
 def _check_world_size(world_size: object) -> int:
     # bool is an int subclass; `world_size=True` is a bug, not a world of 1.
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
+    if not is_int(world_size):
         raise TypeError(f"world_size must be an int, got {type(world_size).__name__}")
     if world_size < 2:
         # With one rank FSDP2 copies the gradient instead of reduce-scattering
@@ -503,7 +504,7 @@ def reduce_dtype_source() -> list[dict[str, str]]:
     >>> any("reduce_dtype" in e["text"] for e in reduce_dtype_source())
     True
     """
-    from explainers.precision import quote_installed
+    from explainers.page.torchsource import quote_installed
     from explainers.releases import release_of
 
     release = release_of(torch.__version__)

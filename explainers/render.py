@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import re
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,7 +49,6 @@ __all__ = [
     "printed_cells",
     "render",
     "split_pieces",
-    "torch_excerpt",
 ]
 
 #: The cell that stands for the elements a summary leaves out.
@@ -476,35 +474,3 @@ def split_pieces(shape: Sequence[int], dim: int) -> np.ndarray:
     return labels
 
 
-def torch_excerpt(obj: Any, first: str | None = None, stop: str | None = None) -> tuple[str, int, str]:
-    """Lines of the installed torch's source of ``obj`` (a function or class), read now.
-
-    Returns ``(path relative to the torch package, first line number, text)``: the lines
-    from the first one that starts with ``first`` up to, not including, the next one that
-    starts with ``stop`` (leading spaces ignored); by default the whole definition.
-
-    >>> from torch import _tensor_str
-    >>> torch_excerpt(_tensor_str._tensor_str, "summarize =", "if self._is_zerotensor")[::2]
-    ('_tensor_str.py', 'summarize = self.numel() > PRINT_OPTS.threshold')
-    >>> torch_excerpt(_tensor_str._tensor_str, "return 42")
-    Traceback (most recent call last):
-    ...
-    LookupError: torch_excerpt: no line of _tensor_str starts with 'return 42'; re-read the source
-    """
-    import inspect
-    from pathlib import Path
-
-    import torch
-
-    lines, lineno = inspect.getsourcelines(obj)
-
-    def find(prefix: str, start: int) -> int:
-        for i in range(start, len(lines)):
-            if lines[i].lstrip().startswith(prefix):
-                return i
-        raise LookupError(f"torch_excerpt: no line of {obj.__name__} starts with {prefix!r}; re-read the source")
-
-    begin = 0 if first is None else find(first, 0)
-    end = len(lines) if stop is None else find(stop, begin + 1)
-    path = Path(inspect.getsourcefile(obj)).relative_to(Path(torch.__file__).parent)
-    return path.as_posix(), lineno + begin, textwrap.dedent("".join(lines[begin:end])).rstrip()

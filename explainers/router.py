@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from explainers.precision import md_table
+from explainers.checks import is_int
+from explainers.page.tables import md_table
 
 __all__ = [
     "topk_softmax",
@@ -57,7 +58,7 @@ def _check_router_args(logits: torch.Tensor, k: int) -> None:
         )
     if logits.dim() < 1:
         raise ValueError("logits must have at least one dim (the experts dim, last)")
-    if isinstance(k, bool) or not isinstance(k, int):
+    if not is_int(k):
         raise TypeError(f"k must be an int, got {type(k).__name__}")
     n_experts = logits.shape[-1]
     if k <= 0:

@@ -30,8 +30,6 @@ from explainers.allocator.races import classify, group_by_family, load_sources
 from explainers.allocator.source import (
     declared_mutexes,
     enclosing_function,
-    find_line,
-    find_lines,
     gated_region,
     member_accesses,
 )
@@ -44,6 +42,7 @@ from explainers.allocator.torchpaths import (
     native_dispatch,
 )
 from explainers.allocator.tsan import parse_flag_help, parse_tsan
+from explainers.page.torchsource import find_line, find_lines
 from explainers.releases import SUPPORTED, env_python, release_of
 
 DATA = Path(__file__).parent / "data" / "tsan"

@@ -18,9 +18,8 @@ from explainers.mesh_probes import (
     run_fragment,
     scatter_probe,
     simulation_trace,
-    torch_excerpt,
-    torch_excerpts,
 )
+from explainers.page.torchsource import torch_lines, torch_lines_many
 
 R, S = Replicate(), Shard
 
@@ -127,12 +126,12 @@ def test_planned_mesh_dims():
             planned_mesh_dims(torch.arange(2), [R, R, R])
 
 
-def test_torch_excerpts():
+def test_torch_lines_many():
     one = ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"]]
-    assert torch_excerpts([one, [*one, "def get_redistribute_planner("]]) == [
-        torch_excerpt(*one), torch_excerpt(*one, after="def get_redistribute_planner(")]
+    assert torch_lines_many([one, [*one, "def get_redistribute_planner("]]) == [
+        torch_lines(*one), torch_lines(*one, after="def get_redistribute_planner(")]
     with pytest.raises(ValueError, match="an excerpt is"):
-        torch_excerpts([["distributed/tensor/_redistribute.py"]])
+        torch_lines_many([["distributed/tensor/_redistribute.py"]])
 
 
 def test_replay_broadcast():
@@ -168,14 +167,14 @@ def test_scatter_probe():
         scatter_probe(mesh, 0)
 
 
-def test_torch_excerpt():
-    text = torch_excerpt("distributed/tensor/_redistribute.py",
+def test_torch_lines():
+    text = torch_lines("distributed/tensor/_redistribute.py",
                          ["def redistribute_local_tensor(", "if _are_we_tracing():"])
     lines = text.splitlines()
     assert lines[0].startswith("distributed/tensor/_redistribute.py:")
     assert lines[1] == "..." and lines[2].endswith("if _are_we_tracing():")
     with pytest.raises(ValueError, match="does not occur"):
-        torch_excerpt("distributed/tensor/_redistribute.py", ["no such text anywhere"])
+        torch_lines("distributed/tensor/_redistribute.py", ["no such text anywhere"])
 
 
 def test_fsdp_layout_refuses_other_meshes():

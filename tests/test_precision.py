@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from explainers.page.tables import md_table
+from explainers.page.torchsource import installed_source, quote_installed
 from explainers.precision import (
     REFUSALS,
     accumulator_table,
@@ -14,11 +16,8 @@ from explainers.precision import (
     capture_error,
     emulated_dot_error,
     header_acc_types,
-    installed_source,
-    md_table,
     output_dtype,
     probe_accumulator,
-    quote_installed,
     refusal_cases,
     refusal_report,
     refusal_table,

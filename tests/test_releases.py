@@ -41,18 +41,18 @@ def test_this_torch_is_a_supported_release():
 def test_run_under_calls_the_library_in_that_release(release):
     if not env_python(release).exists():
         pytest.skip(f"torch {release} has no environment here (nox -s tests creates every one)")
-    env = run_under(release, "explainers.stamp:environment")
+    env = run_under(release, "explainers.page.stamp:environment")
     assert env["torch"].split("+")[0] == release
 
 
 def test_run_under_says_what_is_wrong(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not a supported torch release"):
-        run_under("1.0.0", "explainers.stamp:environment")
+        run_under("1.0.0", "explainers.page.stamp:environment")
     with pytest.raises(ValueError, match="explainers.<module>:<function>"):
         run_under(PRIMARY, "subprocess:run")
     monkeypatch.setenv("TORCH_EXPLAINERS_CACHE", str(tmp_path))
     with pytest.raises(ReleaseNotProvisioned, match=f"torch {PRIMARY} has no environment"):
-        run_under(PRIMARY, "explainers.stamp:environment")
+        run_under(PRIMARY, "explainers.page.stamp:environment")
 
 
 def test_every_listed_difference_names_a_section_that_exists():

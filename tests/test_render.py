@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import explainers.render as render_module
+from explainers.page.torchsource import source_of
 from explainers.render import (
     ELLIPSIS,
     arange_nd,
@@ -21,7 +22,6 @@ from explainers.render import (
     printed_cells,
     render,
     split_pieces,
-    torch_excerpt,
 )
 
 GOLDEN = {
@@ -241,18 +241,18 @@ def test_object_arrays_share_one_float_format():
     assert picture_grid(render(marker)) == [["1.5000", "100.2500"], ["2.0000", "·"]]
 
 
-def test_torch_excerpt_reads_the_installed_source():
+def test_source_of_reads_the_installed_source():
     from torch import _tensor_str
 
-    path, line, text = torch_excerpt(_tensor_str._Formatter.format)
+    path, line, text = source_of(_tensor_str._Formatter.format)
     assert path == "_tensor_str.py" and text.startswith("def format(self, value):")
     source = (Path(torch.__file__).parent / path).read_text().splitlines()
     assert source[line - 1].strip() == "def format(self, value):"
-    path, line, text = torch_excerpt(_tensor_str.get_summarized_data, "if dim == 1:", "if not")
+    path, line, text = source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if not")
     assert text.splitlines()[0] == "if dim == 1:" and "PRINT_OPTS.edgeitems" in text
     assert source[line - 1].strip() == "if dim == 1:" and "if not" not in text
     with pytest.raises(LookupError, match="no line of get_summarized_data starts with 'if never'"):
-        torch_excerpt(_tensor_str.get_summarized_data, "if dim == 1:", "if never")
+        source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if never")
 
 
 def test_printed_cells_needs_a_tensor():

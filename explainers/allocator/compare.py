@@ -28,9 +28,11 @@ import difflib
 import re
 from typing import Any
 
+from explainers.page.torchsource import block_end, find_line
+
 from .lockorder import parse_lock_order
 from .overlay import ATOMIC_FIELDS
-from .source import block_end, declared_mutexes, enclosing_function, find_line
+from .source import declared_mutexes, enclosing_function
 from .torchpaths import find_torch, native_dispatch
 
 __all__ = ["REGIONS", "PRAGMA_LINES", "region_lines", "atomic_uses", "lock_sites", "header_facts",

@@ -121,7 +121,7 @@ class RaceRecord:
 def load_sources(*paths: str | Path) -> dict[str, dict[int, str]]:
     """Map base name -> {line number: text} for the headers reports point into.
 
-    >>> from explainers.allocator.source import find_line
+    >>> from explainers.page.torchsource import find_line
     >>> from explainers.allocator.torchpaths import find_torch
     >>> header = find_torch().header
     >>> src = load_sources(header)
