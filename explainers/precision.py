@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from explainers.checks import is_int
+from explainers.page.errors import capture_error
 from explainers.page.tables import md_table
 from explainers.page.torchsource import installed_source
 
@@ -285,21 +286,6 @@ def accumulator_table(
                 }
             )
     return rows
-
-
-def capture_error(fn: Callable[[], object]) -> tuple[str, str] | None:
-    """Call ``fn``; return ``(exception type name, first line of the message)`` or ``None``.
-
-    >>> capture_error(lambda: 1 / 0)
-    ('ZeroDivisionError', 'division by zero')
-    >>> capture_error(lambda: 1) is None
-    True
-    """
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the error is the result being reported
-        return type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
-    return None
 
 
 # Reductions that refuse an input dtype: (torch function, dtype name).
