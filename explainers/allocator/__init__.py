@@ -2,6 +2,8 @@
 
 Submodules, one job each:
 
+- :mod:`.tsan_command` writes the ``g++ -fsanitize=thread`` line against the installed torch
+  (a whole program a reader can copy; torch and the standard library only);
 - :mod:`.torchpaths` finds the installed torch's headers and ``libc10``;
 - :mod:`.overlay` makes the "atomics removed" copy of the header;
 - :mod:`.build` compiles ``harness.cpp`` with ``g++ -fsanitize=thread``, and the other programs (cached);
@@ -9,7 +11,7 @@ Submodules, one job each:
   at least as often;
 - :mod:`.tsan` parses ThreadSanitizer reports and the runtime's flag listing;
 - :mod:`.races` names fields, mutexes and thread roles and groups the races into families;
-- :mod:`.lockorder` draws the documented lock order from the header's Note;
+- :mod:`.lockorder` reads the documented lock order from the header's Note and draws it with graphviz;
 - :mod:`.pyapi` calls the Python side (``torch.cuda.memory``) without a GPU;
 - :mod:`.compare` reads the header of every supported release, for the side-by-side section;
 - :mod:`.edgecases` compiles and runs paths the harness does not take: ``free()`` with a failing

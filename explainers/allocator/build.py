@@ -3,10 +3,12 @@
 A build is described by a :class:`BuildSpec`: the variant, the torch install
 and the flags.  Its shell script (:meth:`BuildSpec.script`) is literally what
 runs, through ``bash`` with ``TORCH`` set to the torch package folder, so the
-command the page prints is the command that produced the binary.
+command the page prints is the command that produced the binary.  Its ``g++``
+line comes from :mod:`~explainers.allocator.tsan_command`, the single-file
+program a reader can copy.
 
-Products live in ``$TORCH_EXPLAINERS_CACHE/tsan`` (default
-``~/.cache/torch-explainers/tsan``), one folder per SHA-256 of the torch
+Products live in :func:`tsan_cache`, the ``tsan`` folder of the project's one
+cache root (:func:`explainers.releases.cache_root`), one folder per SHA-256 of the torch
 version, the header, the harness and the headers it includes from this package
 (:data:`LOCAL_HEADERS`), the script (flags included) and the compiler version:
 each supported torch release compiles against its own headers, so two releases
@@ -31,9 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from explainers.releases import cache_root
+
 from .errors import CompilerNotFoundError, HarnessFailedError, TsanUnsupportedError
 from .overlay import remove_atomics, sed_command
 from .torchpaths import HEADER_RELPATH, TorchInstall, check_snapshot_code
+from .tsan_command import FLAGS, compile_command
 
 __all__ = [
     "VARIANTS",
@@ -42,24 +47,16 @@ __all__ = [
     "LOCAL_HEADERS",
     "BuildSpec",
     "Build",
-    "cache_root",
+    "tsan_cache",
     "find_compiler",
     "check_tsan",
     "build",
     "Program",
-    "program_script",
     "build_program",
 ]
 
 #: The two builds: the header as installed, and the overlay with the four atomics made plain.
 VARIANTS = ("shipped", "atomics removed")
-
-#: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
-#: -g1 (line tables, no variable info) is all TSAN's symbolizer needs and
-#: compiles about a quarter faster than -g; -Wno-interference-size silences
-#: g++ 12's note about hardware_destructive_interference_size, which the
-#: header uses.
-FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
 
 #: The harness source shipped with this package.
 HARNESS = Path(__file__).with_name("harness.cpp")
@@ -77,19 +74,13 @@ _TSAN_HINT = (
 )
 
 
-def cache_root() -> Path:
-    """Folder for build products: ``$TORCH_EXPLAINERS_CACHE/tsan`` or ``~/.cache/torch-explainers/tsan``.
+def tsan_cache() -> Path:
+    """Folder for build products: ``tsan`` under the project's cache root.
 
-    >>> import os
-    >>> old = os.environ.get("TORCH_EXPLAINERS_CACHE")
-    >>> os.environ["TORCH_EXPLAINERS_CACHE"] = "/x"
-    >>> str(cache_root())
-    '/x/tsan'
-    >>> _ = os.environ.pop("TORCH_EXPLAINERS_CACHE") if old is None else os.environ.update(TORCH_EXPLAINERS_CACHE=old)
+    >>> tsan_cache() == cache_root() / "tsan"
+    True
     """
-    base = os.environ.get("TORCH_EXPLAINERS_CACHE")
-    root = Path(base) if base else Path.home() / ".cache" / "torch-explainers"
-    return root / "tsan"
+    return cache_root() / "tsan"
 
 
 def find_compiler(path: str | None = None) -> str:
@@ -122,7 +113,7 @@ def check_tsan(gxx: str, cache: Path | None = None) -> str:
     True
     """
     version = _compiler_version(gxx)
-    cache = cache or cache_root()
+    cache = cache or tsan_cache()
     marker = cache / "probe" / hashlib.sha256(f"{gxx}\n{version}".encode()).hexdigest()[:16]
     if marker.is_file():
         return version
@@ -181,19 +172,14 @@ class BuildSpec:
             -o harness-atomics-removed -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
         """
         lines = []
-        includes = ['-I"$TORCH/include"']
+        includes: tuple[str, ...] = ()
         if self.variant == "atomics removed":
             lines.append("mkdir -p overlay/ATen/core")
             lines.append(
                 sed_command(f'"$TORCH/include/{HEADER_RELPATH}"', f"overlay/{HEADER_RELPATH}")
             )
-            includes.insert(0, "-Ioverlay")
-        lines.append(
-            " ".join(
-                ["g++", *self.flags, *includes, "harness.cpp", "-o", self.binary,
-                 '-L"$TORCH/lib"', "-lc10", '-Wl,-rpath,"$TORCH/lib"']
-            )
-        )
+            includes = ("-Ioverlay",)
+        lines.append(compile_command(HARNESS.name, self.binary, self.flags, includes))
         return "\n".join(lines)
 
     def key(self, compiler_version: str) -> str:
@@ -253,7 +239,7 @@ def build(spec: BuildSpec, gxx: str, compiler_version: str, cache: Path | None =
     if spec.variant == "shipped":
         changes = []
 
-    cache = cache or cache_root()
+    cache = cache or tsan_cache()
     # The release in the name too, for whoever looks into the cache folder.
     release = spec.torch.version.split("+", 1)[0]
     folder = cache / f"{spec.binary}-{release}-{spec.key(compiler_version)[:20]}"
@@ -307,16 +293,6 @@ class Program:
     script: str
 
 
-def program_script(source: str, binary: str, flags: tuple[str, ...]) -> str:
-    """The compile command of a single-file program, run with ``$TORCH`` set.
-
-    >>> program_script("demo.cpp", "demo", ("-std=c++20", "-O1"))
-    'g++ -std=c++20 -O1 -I"$TORCH/include" demo.cpp -o demo -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"'
-    """
-    return " ".join(["g++", *flags, '-I"$TORCH/include"', source, "-o", binary,
-                     '-L"$TORCH/lib"', "-lc10", '-Wl,-rpath,"$TORCH/lib"'])
-
-
 def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: TorchInstall,
                   cache: Path | None = None, path: str | None = None) -> Program:
     """Compile *source* (one ``.cpp`` file of this package) against *torch*, or reuse the binary.
@@ -336,11 +312,11 @@ def build_program(source: Path, binary: str, flags: tuple[str, ...], torch: Torc
     if not source.is_file():
         raise FileNotFoundError(f"{source} does not exist")
     gxx = find_compiler(path)
-    cache = cache or cache_root()
+    cache = cache or tsan_cache()
     compiler = check_tsan(gxx, cache) if "-fsanitize=thread" in flags else _compiler_version(gxx)
     header_text = torch.header.read_text()
     check_snapshot_code(header_text, str(torch.header))
-    script = program_script(source.name, binary, flags)
+    script = compile_command(source.name, binary, flags)
     h = hashlib.sha256()
     for part in (torch.version.encode(), header_text.encode(), source.read_bytes(),
                  *(f.read_bytes() for f in LOCAL_HEADERS), script.encode(),

@@ -31,9 +31,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .build import Program, build_program, program_script
+from .build import Program, build_program
 from .errors import HarnessFailedError
 from .torchpaths import TorchInstall, find_torch
+from .tsan_command import compile_command
 
 __all__ = ["SOURCE", "FLAGS", "MODES", "script", "run_mode", "edge_cases", "terminate_message", "calls_in",
            "cuda_record_failure", "CUDA_EVENT_RECORD_NAME"]
@@ -54,7 +55,7 @@ def _no_core_dump() -> None:
 
 def script() -> str:
     """The compile command, run in the build folder with ``$TORCH`` set to the torch package."""
-    return program_script(SOURCE.name, BINARY, FLAGS)
+    return compile_command(SOURCE.name, BINARY, FLAGS)
 
 
 def terminate_message(stderr: str) -> list[str]:

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import LOCAL_HEADERS, Build, BuildSpec, build, cache_root, check_tsan, find_compiler
+from .build import LOCAL_HEADERS, Build, BuildSpec, build, check_tsan, find_compiler, tsan_cache
 from .errors import HarnessFailedError, TsanRuntimeError
 from .overlay import ATOMIC_FIELDS
 from .races import RaceRecord, classify, group_by_family, load_sources
@@ -195,7 +195,7 @@ def reproduce(
     t0 = time.perf_counter()
     gxx = find_compiler(path)
     torch = find_torch(torch_root)
-    cache = cache or cache_root()
+    cache = cache or tsan_cache()
     version = check_tsan(gxx, cache)
     specs = [BuildSpec("shipped", torch), BuildSpec("atomics removed", torch)]
     with ThreadPoolExecutor(2) as pool:

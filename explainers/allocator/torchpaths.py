@@ -1,7 +1,8 @@
 """Locate the installed torch's headers and ``libc10`` without importing torch.
 
 Importing torch costs seconds and is not needed to compile against it:
-``importlib.util.find_spec`` gives the package folder, which in a wheel holds
+``importlib.util.find_spec`` gives the package folder
+(:func:`~explainers.allocator.tsan_command.torch_folder`), which in a wheel holds
 ``include/`` (the C++ headers) and ``lib/`` (``libc10.so``).
 
 >>> from pathlib import Path
@@ -12,7 +13,6 @@ Importing torch costs seconds and is not needed to compile against it:
 
 from __future__ import annotations
 
-import importlib.util
 import mmap
 import re
 import shutil
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SnapshotCodeMissingError, TorchHeadersNotFoundError
+from .tsan_command import torch_folder
 
 __all__ = [
     "TorchInstall",
@@ -106,10 +107,10 @@ def find_torch(root: str | Path | None = None) -> TorchInstall:
     explainers.allocator.errors.TorchHeadersNotFoundError: /nonexistent/include/ATen/core/CachingHostAllocator.h does not exist: this torch installation ships no C++ headers; install a supported release: pip install torch==2.15.0 (or 2.14.1)
     """
     if root is None:
-        spec = importlib.util.find_spec("torch")
-        if spec is None or not spec.submodule_search_locations:
-            raise TorchHeadersNotFoundError(f"torch is not importable; {_INSTALL_HINT}")
-        root = spec.submodule_search_locations[0]
+        try:
+            root = torch_folder()
+        except ModuleNotFoundError:
+            raise TorchHeadersNotFoundError(f"torch is not importable; {_INSTALL_HINT}") from None
     t = TorchInstall(Path(root), _read_version(Path(root)))
     if not t.header.is_file():
         raise TorchHeadersNotFoundError(
