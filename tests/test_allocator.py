@@ -218,9 +218,13 @@ def test_lock_order_from_installed_header(torch_install):
     # 2.15.0's Note adds one sentence the drawing does not hold.
     innermost = {"2.14.1": {}, "2.15.0": {"stats_.allocations_mutex_": "nothing is taken while holding it."}}
     assert order.innermost == innermost[RELEASE]
-    svg = to_svg(order, {"profiling_mutex_": "#fc8"})
-    assert svg.count("<rect") == 8 + len(order.innermost) and 'fill="#fc8"' in svg
+    svg = to_svg(order, {"profiling_mutex_": "#ffcc88"})
+    # One graphviz node per lock the Note names, one drawn edge per nesting; the invisible edges
+    # that place the groups below are not drawn.
+    assert svg.count('class="node"') == 8 + len(order.innermost) and 'fill="#ffcc88"' in svg
+    assert svg.count('class="edge"') == len(order.edges)
     assert ("innermost (" in svg) == bool(order.innermost)
+    assert svg == to_svg(order, {"profiling_mutex_": "#ffcc88"}), "graphviz lays the same graph out the same way"
 
 
 # ---------------------------------------------------------------- header structure

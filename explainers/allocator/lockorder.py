@@ -1,4 +1,4 @@
-"""The documented lock order, read from the header's Note and drawn as SVG.
+"""The documented lock order, read from the header's Note and drawn with graphviz.
 
 ``Note [HostAllocator design]`` in ``CachingHostAllocator.h`` draws the order
 as ASCII art, where a continuation line's ``>`` sits under the lock it nests
@@ -15,7 +15,7 @@ locks that end left of *c*.  Locks whose sentence says "is independent" are
 kept apart, and so are those whose sentence says "is innermost" (torch 2.15.0's
 Note adds ``stats_.allocations_mutex_ is innermost: nothing is taken while
 holding it.``): such a lock may be taken under any other, and nothing under it.
-The SVG is plain code (no graphviz needed).
+graphviz's ``dot`` lays the drawing out (:func:`to_dot`, :func:`to_svg`).
 
 >>> order = parse_lock_order(NOTE_SAMPLE)
 >>> order.edges
@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["LockOrder", "parse_lock_order", "to_svg", "NOTE_SAMPLE"]
+__all__ = ["ALT", "LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE"]
 
 NOTE_SAMPLE = """\
  * Lock ordering (outer to inner):
@@ -129,83 +131,83 @@ def parse_lock_order(header_text: str) -> LockOrder:
     return order
 
 
-def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
-    """Draw *order*: outer locks on top, arrows point inward; independent and innermost locks below.
+#: What the drawing shows, for readers who cannot see it (the SVG's ``aria-label``).
+ALT = ("Lock order from Note [HostAllocator design] in CachingHostAllocator.h: outer locks on top, "
+       "arrows from a lock to the locks that may be taken while holding it; independent and innermost "
+       "locks in dashed boxes below")
 
-    *highlight* maps a lock name to a fill colour.
 
-    >>> svg = to_svg(parse_lock_order(NOTE_SAMPLE))
-    >>> svg.startswith("<svg") and "block-&gt;mutex_" in svg and svg.count("<line") == 3
-    True
-    >>> svg.count("<rect"), "innermost (nothing is taken while holding it)" in svg
-    (6, True)
+def _quote(text: str) -> str:
+    """A DOT string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_dot(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
+    """The graphviz (DOT) source of the drawing: the nesting top down, the locks kept apart below.
+
+    *highlight* maps a lock name to a fill colour that graphviz knows (``#rrggbb``).
+
+    >>> dot = to_dot(parse_lock_order(NOTE_SAMPLE), {"block->mutex_": "#fde3a7"})
+    >>> [line.strip() for line in dot.splitlines() if '" -> "' in line and "invis" not in line]
+    ['"instance_mutex_" -> "pool.blocks_mutex_";', '"pool.blocks_mutex_" -> "pool.free_list_[i].mutex_";', '"pool.blocks_mutex_" -> "block->mutex_";']
+    >>> '"block->mutex_" [fillcolor="#fde3a7"];' in dot, dot.count("subgraph cluster_")
+    (True, 2)
     """
     highlight = highlight or {}
-    char_w, box_h, row_h, pad = 7.4, 26, 62, 14
-    rows: dict[int, list[str]] = {}
-    for name, d in order.depth.items():
-        rows.setdefault(d, []).append(name)
-
-    def label(n):
-        return n + (" " + order.notes[n] if n in order.notes else "")
-
-    def width(n):
-        return len(label(n)) * char_w + 2 * pad
-
-    # Below the drawing, one row per group of locks the Note keeps apart from it.
-    groups = [(title, names) for title, names in (
-        ("independent (never nested with the above):", list(order.independent)),
-        ("innermost (nothing is taken while holding it):", list(order.innermost)),
-    ) if names]
-    pos: dict[str, tuple[float, float, float]] = {}  # name -> (x, y, w)
-    total_w = max(
-        [sum(width(n) + 24 for n in names) for names in rows.values()]
-        + [sum(width(n) + 24 for n in names) for _, names in groups]
-        + [max((len(title) * char_w for title, _ in groups), default=0), 300]
-    )
-    y = 40.0
-    for d in sorted(rows):
-        names = rows[d]
-        row_w = sum(width(n) + 24 for n in names) - 24
-        x = (total_w - row_w) / 2
-        for n in names:
-            pos[n] = (x, y, width(n))
-            x += width(n) + 24
-        y += row_h
-    group_y = [y + 24 + i * (box_h + 44) for i in range(len(groups))]
-    height = (group_y[-1] + box_h + 10) if groups else y + 10
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w + 20:.0f}" height="{height:.0f}" '
-        f'font-family="monospace" font-size="12" role="img" aria-label="lock order">',
-        '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
-        '<path d="M0,0 L8,4 L0,8 z" fill="#444"/></marker></defs>',
-        '<text x="10" y="18" fill="#444">outer (acquired first)</text>',
+        'digraph "the documented lock order, outer to inner" {',
+        '  graph [fontname="monospace", fontsize=12, nodesep=0.3, ranksep=0.4, labeljust=l, '
+        'labelloc=t, label="outer (acquired first)"];',
+        '  node [shape=box, style="rounded,filled", fillcolor="#f4f4f4", color="#333333", '
+        'fontname="monospace", fontsize=12, height=0.36];',
+        '  edge [color="#444444", arrowsize=0.7];',
     ]
-    for a, b in order.edges:
-        xa, ya, wa = pos[a]
-        xb, yb, wb = pos[b]
-        out.append(
-            f'<line x1="{xa + wa / 2 + 10:.1f}" y1="{ya + box_h:.1f}" x2="{xb + wb / 2 + 10:.1f}" '
-            f'y2="{yb - 2:.1f}" stroke="#444" stroke-width="1.3" marker-end="url(#arr)"/>'
-        )
-    for n, (x, y0, w) in pos.items():
-        fill = highlight.get(n, "#f4f4f4")
-        out.append(
-            f'<rect x="{x + 10:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{box_h}" rx="5" '
-            f'fill="{fill}" stroke="#333"/>'
-            f'<text x="{x + 10 + w / 2:.1f}" y="{y0 + 17:.1f}" text-anchor="middle">{html.escape(label(n))}</text>'
-        )
-    for (title, names), gy in zip(groups, group_y, strict=True):
-        out.append(f'<text x="10" y="{gy - 8:.0f}" fill="#444">{html.escape(title)}</text>')
-        x = 10.0
-        for n in names:
-            w = width(n)
-            fill = highlight.get(n, "#ffffff")
-            out.append(
-                f'<rect x="{x:.1f}" y="{gy:.1f}" width="{w:.1f}" height="{box_h}" rx="5" fill="{fill}" '
-                f'stroke="#333" stroke-dasharray="4 3"/>'
-                f'<text x="{x + w / 2:.1f}" y="{gy + 17:.1f}" text-anchor="middle">{html.escape(n)}</text>'
-            )
-            x += w + 24
-    out.append("</svg>")
+    for name in order.depth:
+        label = name + (" " + order.notes[name] if name in order.notes else "")
+        out.append(f"  {_quote(name)} [label={_quote(label)}];")
+    out.extend(f"  {_quote(a)} -> {_quote(b)};" for a, b in order.edges)
+    groups = [(key, title, list(names)) for key, title, names in (
+        ("independent", "independent (never nested with the above):", order.independent),
+        ("innermost", "innermost (nothing is taken while holding it):", order.innermost),
+    ) if names]
+    above = [n for n, d in order.depth.items() if d == max(order.depth.values(), default=0)]
+    for key, title, names in groups:
+        out.append(f"  subgraph cluster_{key} {{")
+        out.append(f'    graph [label={_quote(title)}, style=dashed, color="#888888"];')
+        out.append('    node [style="rounded,dashed,filled", fillcolor="#ffffff"];')
+        out.extend(f"    {_quote(n)};" for n in names)
+        out.append("  }")
+        # Invisible edges only place each group below what comes before it.
+        out.extend(f"  {_quote(a)} -> {_quote(names[0])} [style=invis];" for a in above)
+        above = names
+    out.extend(f"  {_quote(n)} [fillcolor={_quote(c)}];" for n, c in highlight.items())
+    out.append("}")
     return "\n".join(out)
+
+
+def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
+    """The drawing as inline SVG, laid out by graphviz's ``dot`` from :func:`to_dot`.
+
+    The XML prolog and graphviz's comments are dropped, so the text depends on
+    the graph alone; the ``<svg>`` element carries ``role="img"`` and :data:`ALT`.
+
+    >>> svg = to_svg(parse_lock_order(NOTE_SAMPLE))
+    >>> svg.startswith("<svg") and "<title>block&#45;&gt;mutex_</title>" in svg and svg.count('class="edge"') == 3
+    True
+    >>> svg.count('class="node"'), "innermost (nothing is taken while holding it)" in svg
+    (6, True)
+    >>> to_svg(parse_lock_order(NOTE_SAMPLE), {"block->mutex_": "#fc8"})
+    Traceback (most recent call last):
+    ...
+    RuntimeError: dot -Tsvg failed (exit 0): Warning: #fc8 is not a known color.
+    """
+    dot = shutil.which("dot")
+    if dot is None:
+        raise FileNotFoundError("graphviz's dot is not on PATH; install graphviz (apt-get install graphviz)")
+    res = subprocess.run([dot, "-Tsvg"], input=to_dot(order, highlight), capture_output=True, text=True,
+                         timeout=60, check=False)
+    if res.returncode != 0 or res.stderr.strip():  # a warning too, e.g. a colour dot does not know
+        raise RuntimeError(f"dot -Tsvg failed (exit {res.returncode}): {res.stderr.strip()}")
+    svg = res.stdout[res.stdout.index("<svg"):]
+    svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.DOTALL)
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(ALT)}" ', 1).strip()
