@@ -20,6 +20,7 @@ runs) first executes every page on the other releases too.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -28,10 +29,18 @@ from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explainers import releases  # noqa: E402
-from explainers.build import build_site as staged_build  # noqa: E402
-from explainers.build import sphinx_command  # noqa: E402
+
+def _load(path: Path):
+    """The module in ``path``, loaded from its file as nox loads this one (sys.path untouched)."""
+    spec = importlib.util.spec_from_file_location(f"_noxfile_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# explainers/releases.py needs only the standard library: loaded from its file, it gives nox and
+# the pages one list of releases and one cache root.
+releases = _load(Path(__file__).resolve().parent / "explainers" / "releases.py")
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["lint", "tests"]
@@ -39,6 +48,8 @@ nox.options.error_on_external_run = False
 
 ROOT = Path(__file__).resolve().parent
 DOCS = ROOT / "docs"
+# The staged, strict build, run as a script (standard library only; see its docstring).
+SITEBUILD = ROOT / "tools" / "sitebuild.py"
 BUILD = DOCS / "_build"
 SITE = BUILD / "html"
 # The primary release's environment runs everything but the other releases' page builds.
@@ -118,11 +129,21 @@ def release_env(built: tuple[str, ...]) -> dict[str, str]:
             "TORCH_EXPLAINERS_RELEASE_RECORDS": str(RELEASE_BUILDS)}
 
 
+def staged_build(session: nox.Session, release: str, extra: list[str], env: dict[str, str],
+                 **options: str) -> None:
+    """Run ``tools/sitebuild.py`` for ``release``: it prints the verdict and fails the session
+    when the build failed.  ``options`` become its ``--option value`` arguments."""
+    args = [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", v)]
+    session.run(str(PY), str(SITEBUILD), "--python", str(releases.env_python(release)),
+                "--label", f"torch {release}", *args, str(DOCS), "--", *extra,
+                env=env, external=True)
+
+
 def build_site(session: nox.Session, extra: list[str], built: tuple[str, ...] = (releases.PRIMARY,)) -> None:
     """Execute every page on each release in ``built`` (the primary last) and publish the
     primary's build; replace the site only when every release's build succeeded.
 
-    The logic is `explainers.build.build_site`, shared with the fault-injection tests.
+    The logic is `tools/sitebuild.py`, which the fault-injection tests import.
     """
     # -j auto unless the caller chose (`nox -s docs -- -j 1` builds serially): pages
     # execute in one worker per core, which docs/_ext/parallel_exec.py makes safe.
@@ -130,24 +151,17 @@ def build_site(session: nox.Session, extra: list[str], built: tuple[str, ...] = 
     # change that brings a cold build under a minute (bench/results.md).
     if not any(a.startswith(("-j", "--jobs")) for a in extra):
         extra = ["-j", "auto", *extra]
-    env = {**os.environ, **RUN_ENV, **release_env(built)}
+    env = {**RUN_ENV, **release_env(built)}
     # The other releases first, one after another (each build already uses every core):
     # the primary's Versions page reports their records.
     for release in built[1:]:
         record = RELEASE_BUILDS / release / "record.json"
-        result = staged_build(DOCS, releases.env_python(release), extra, build=RELEASE_BUILDS / release,
-                              env={**env, "TORCH_EXPLAINERS_RECORD": str(record)},
-                              skip_unchanged=_env_identity(release))
-        if not result.ok:
-            session.error(f"torch {release}: {result.message}")
-        session.log(f"torch {release}: {result.message}")
+        staged_build(session, release, extra, {**env, "TORCH_EXPLAINERS_RECORD": str(record)},
+                     build=str(RELEASE_BUILDS / release), skip_unchanged=_env_identity(release))
     records = "".join(p.read_text() for p in sorted(RELEASE_BUILDS.glob("*/record.json"))
                       if p.parent.name in built)
-    result = staged_build(DOCS, PY, extra, env=env,
-                          skip_unchanged="\n".join([_env_identity(), *built, records]))
-    if not result.ok:
-        session.error(f"torch {releases.PRIMARY}: {result.message}")
-    session.log(f"torch {releases.PRIMARY}: {result.message}")
+    staged_build(session, releases.PRIMARY, extra, env,
+                 skip_unchanged="\n".join([_env_identity(), *built, records]))
     session.log(f"View it:    python3 -m http.server --directory {SITE} 8000  ->  http://127.0.0.1:8000/")
 
 
@@ -176,7 +190,7 @@ def docs(session: nox.Session) -> None:
         ensure_env(session, release)
     if os.environ.get("NB_EXECUTION_MODE") == "off":
         out = BUILD / "noexec"
-        run_py(session, *sphinx_command(PY, DOCS, out / "html", out / "doctrees", extra)[1:])
+        staged_build(session, releases.PRIMARY, extra, RUN_ENV, build=str(out))
         session.log(f"Unexecuted preview (not the site): {out / 'html' / 'index.html'}")
         return
     build_site(session, extra, built)
@@ -197,10 +211,10 @@ def docs_live(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def doctest(session: nox.Session) -> None:
-    """Doctests in the library's docstrings, the docs pages and the README."""
+    """Doctests in the library's docstrings, the site machinery, the docs pages and the README."""
     ensure_env(session)
     run_py(
-        session, "-m", "pytest", "-p", "no:cacheprovider", "--doctest-modules", "explainers",
+        session, "-m", "pytest", "-p", "no:cacheprovider", "--doctest-modules", "explainers", "tools",
         "--doctest-glob=*.md", "README.md", "docs", "--ignore=docs/_build",
         "-o", "testpaths=", *session.posargs,
     )
@@ -208,9 +222,10 @@ def doctest(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff over the package, tests, docs config and this file."""
+    """ruff over the package, the site machinery, tests, docs config and this file."""
     ensure_env(session)
-    run_py(session, "-m", "ruff", "check", "explainers", "tests", "bench", "docs/conf.py", "docs/_ext", "noxfile.py")
+    run_py(session, "-m", "ruff", "check", "explainers", "tools", "tests", "bench", "docs/conf.py", "docs/_ext",
+           "noxfile.py")
 
 
 def ensure_browser(session: nox.Session) -> None:

@@ -1,6 +1,6 @@
 """Benchmarks for torch-explainers: build speed, cache effectiveness, explainer cost.
 
-``nox -s bench`` (or ``python -m bench``) measures every figure of issue 7 side
+``nox -s bench`` (or ``python -m bench``) measures every figure of the build-cost budget side
 by side in one run and writes ``bench/results.md`` and ``bench/results.svg``.
 Each figure is a function that discovers what is present in the checkout: a
 figure whose component (an explainer page, the mesh launcher, the TSAN

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from explainers.releases import cache_root
+
 from .floor import run_page
 from .stats import NOT_YET, Figure
 from .tree import Build, Tree
@@ -179,8 +181,8 @@ def site_figures(ctx: Context, touch_page: str | None = None, module_rounds: int
     ctx.pages["cold execution (MyST-NB)"] = per_page_exec
     ctx.pages["plain-script floor"] = per_page_floor
     ctx.pages["plain-script floor CPU"] = per_page_floor_cpu
-    base = Path(os.environ.get("TORCH_EXPLAINERS_CACHE", Path.home() / ".cache" / "torch-explainers"))
-    kept = sorted(p.name for p in base.glob("*") if p.is_dir() and p.name != "env")
+    base = cache_root()  # the one root of every cache: environments, TSAN builds, stored real runs
+    kept = sorted(p.name for p in base.glob("*") if p.is_dir() and not p.name.startswith("env-"))
     if kept:
         ctx.notes.append(
             f"A cold build starts from a clean `_build` but keeps the caches outside it, in `{base}` "

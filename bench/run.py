@@ -191,7 +191,7 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
             cpu = f" ({fmt(statistics.median(f.cpu), 's')} of CPU time here)" if f.cpu else ""
             if f.key == "warm":
                 why = ("Nothing executes (checked above), and `nox -s docs` does not start Sphinx when "
-                       "no input changed (`explainers.build.inputs_digest`): what remains is starting "
+                       "no input changed (`tools/sitebuild.py`'s `inputs_digest`): what remains is starting "
                        f"`nox` and hashing `docs/` and `explainers/`{cpu}.")
                 fix = "Load on the machine is the only remaining cost; compare the CPU-time column."
             else:
@@ -203,7 +203,7 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
                        "`nb-exec-table` on every build, to keep the table current), writing pages and "
                        "the search index, and `nox -s docs` copying the last good site into staging.")
                 fix = ("Nothing in this project's code: a no-change rebuild already skips Sphinx "
-                       "(`explainers.build.inputs_digest`), but a changed input must re-run it, and "
+                       "(`tools/sitebuild.py`'s `inputs_digest`), but a changed input must re-run it, and "
                        "Sphinx's fixed cost is what exceeds the budget on this machine.")
         elif f.key.startswith("weight:"):
             heaviest = f.detail.split("heaviest: ")[-1]

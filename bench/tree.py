@@ -24,7 +24,7 @@ __all__ = ["ROOT", "Build", "BuildFailed", "Tree", "executed_pages", "edit_last_
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What a docs build needs from the checkout.
-COPIED = ("docs", "explainers", "noxfile.py", "pyproject.toml", "constraints.txt", "README.md")
+COPIED = ("docs", "explainers", "tools", "noxfile.py", "pyproject.toml", "constraints.txt", "README.md")
 _IGNORE = shutil.ignore_patterns("_build", "jupyter_execute", "__pycache__", ".ipynb_checkpoints")
 
 # MyST-NB 1.4 logs one line per page it runs: "<path>.md: Executed notebook in 16.07 seconds [mystnb]"
@@ -192,7 +192,7 @@ class Tree:
         extra = list(extra or [])
         if in_process and not any(a.startswith(("-j", "--jobs")) for a in extra):
             extra = ["-j", "1", *extra]  # never fork the calling process (pytest) into workers
-        from explainers.build import sphinx_command
+        from tools.sitebuild import sphinx_command
 
         # The copy's strict command line, without the interpreter: ["-m", "sphinx", ...].
         args = sphinx_command(self.noxfile.PY, self.docs, build / out, build / f"{out}-doctrees", extra)[1:]
@@ -273,8 +273,12 @@ class Tree:
             f.write(f"\n# bench edit {self._edits}\n")
 
     def importers(self, relpath: str) -> set[str]:
-        """Pages whose dependency closure (``explainers.deps``) contains the file."""
-        from explainers.deps import page_dependencies  # the logic is the same in the copy
+        """Pages whose dependency closure (the copy's ``docs/_ext/explainer_deps.py``) contains the file."""
+        extension = self.docs / "_ext" / "explainer_deps.py"
+        spec = importlib.util.spec_from_file_location("_bench_explainer_deps", extension)
+        deps = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(deps)
+        page_dependencies = deps.page_dependencies
 
         target = (self.root / relpath).resolve()
         out = set()

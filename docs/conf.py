@@ -45,7 +45,7 @@ nitpicky = True
 
 # -- MyST ---------------------------------------------------------------------------
 # No "dollarmath": MathJax would load from a CDN, and the site is offline.
-myst_enable_extensions = ["colon_fence", "deflist", "substitution"]
+myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
 
 # -- execution ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from explainers.build import BuildResult, build_site
+from tools.sitebuild import BuildResult, build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,7 +58,7 @@ def make_tree(dst: Path, pages: dict[str, str]) -> Path:
 def build(docs: Path, timeout_cell: int = 60, extra_env: dict[str, str] | None = None,
           prefix: list[str] | tuple[str, ...] = (), extra: tuple[str, ...] = (),
           timeout: float = 300, skip_unchanged: str | None = None) -> BuildResult:
-    """Run the real staged build (`explainers.build.build_site`) on a tree, capturing its output."""
+    """Run the real staged build (`tools/sitebuild.py`) on a tree, capturing its output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NB_EXECUTION")}
     env.update({
         "PYTHONPATH": str(docs.parent),

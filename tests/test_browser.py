@@ -23,8 +23,7 @@ from urllib.parse import urlparse
 
 import pytest
 from gate_figures import record
-
-from explainers.sourceblocks import copyable_blocks
+from sourceblocks import copyable_blocks
 
 pytestmark = pytest.mark.browser
 

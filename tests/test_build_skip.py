@@ -1,6 +1,6 @@
 """`nox -s docs` with no changed input does not start Sphinx; any changed input builds.
 
-The staged build (`explainers.build.build_site`) records the digest of its
+The staged build (`tools/sitebuild.py`) records the digest of its
 inputs next to the site it publishes.  These run the real build on a tiny
 site (real conf.py and extensions; the page does not import torch).
 """
@@ -13,7 +13,7 @@ import time
 import pytest
 from minisite import build, make_tree, page
 
-from explainers.build import INPUTS_FILE, tree_digest
+from tools.sitebuild import INPUTS_FILE, tree_digest
 
 pytestmark = pytest.mark.slow
 

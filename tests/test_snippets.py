@@ -12,15 +12,18 @@ A copyable block (a MyST-NB code cell, a ``{code-block}``, a fenced block, a
 
 from __future__ import annotations
 
+import doctest
 import json
 import re
 import runpy
+import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-
-from explainers.sourceblocks import copyable_blocks, glue_roles, hard_coded_figures
+import sourceblocks
+from sourceblocks import copyable_blocks, glue_roles, hard_coded_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -117,18 +120,50 @@ def test_the_walker_knows_excluded_pages_and_skipped_cells():
     assert problems(DOCS / "x.md", head + cell.replace("skip-execution", "hide-input"), []) == []
 
 
+def test_the_walker_examples_hold():
+    assert doctest.testmod(sourceblocks, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def _nox_sessions() -> set[str]:
+    """The sessions nox finds in the noxfile, as `nox --list --json` reports them.  A keyword
+    expression that every name satisfies lifts the default selection, so the sessions that
+    are not run by default (docs, bench, ...) are listed too."""
+    out = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--list", "--json",
+                          "-k", "not __no_such_session__"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return {s["name"] for s in json.loads(out.stdout)}
+
+
+def _commands_of(session: str) -> list[list[str]]:
+    """The commands `nox -s <session>` runs, from the noxfile's own session function called with
+    a session that records them instead of running them (and an environment that is current)."""
+    import importlib.util
+    import types
+
+    import nox.registry
+
+    nox.registry.reset()  # loading the noxfile registers its sessions again
+    spec = importlib.util.spec_from_file_location("_snippets_noxfile", ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    noxfile.ensure_env = lambda *args, **kwargs: None
+    ran: list[list[str]] = []
+    recorder = types.SimpleNamespace(posargs=[], run=lambda *args, **kwargs: ran.append(list(args)))
+    nox.registry.get()[session](recorder)
+    nox.registry.reset()
+    return ran
+
+
 def test_the_doctest_session_collects_the_markdown():
     # `>>>` blocks count as tested only because `nox -s doctest` globs them.
-    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
-    body = noxfile[noxfile.index("def doctest(") :].split("\n@nox.session", 1)[0]
-    for needle in ('"--doctest-glob=*.md"', '"README.md"', '"docs"', '"--doctest-modules"'):
-        assert needle in body, needle
+    [pytest_run] = [cmd for cmd in _commands_of("doctest") if "pytest" in cmd]
+    for arg in ("--doctest-glob=*.md", "README.md", "docs", "--doctest-modules"):
+        assert arg in pytest_run, arg
 
 
 def test_every_nox_session_the_docs_name_exists():
-    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
-    sessions = set(re.findall(r'@nox\.session\([^)]*name="([\w-]+)"', noxfile))
-    sessions |= set(re.findall(r"@nox\.session\((?![^)]*name=)[^)]*\)\ndef (\w+)", noxfile))
+    sessions = _nox_sessions()
+    assert {"docs", "tests", "doctest"} <= sessions, sessions
     named = {(p, s) for p in sources() for s in re.findall(r"nox -s ([\w-]+)", p.read_text(encoding="utf-8"))}
     assert {(p.name, s) for p, s in named if s not in sessions} == set()
 

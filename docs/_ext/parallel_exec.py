@@ -8,74 +8,70 @@ processes.  Two races then break cold builds at random:
    cache both run ``CREATE TABLE`` and one fails with "table nbproject already
    exists".  Here the main process creates it at ``builder-inited``, before any
    worker forks.
-2. **Kernel ports.**  jupyter_client 8.10 picks a kernel's five ports by
-   binding port 0 and closing the socket; the kernel binds them later.  Its
-   ``LocalPortCache`` keeps one *process* from reusing a port it handed out,
-   but two workers can hand the same port to two kernels (the JAX docs hit
-   this: jax-ml/jax#36130, fixed there with a portpicker provisioner and a
-   port server).  Here every process claims its own block of ports below the
-   kernel's ephemeral range (32768-60999 on Linux), which ``bind(0)`` never
-   returns, by holding the block's first port bound for its lifetime; kernel
-   ports come only from the process's own block.
+2. **Kernel ports.**  jupyter_client 8.10's local provisioner picks a kernel's
+   five TCP ports by binding port 0 and closing the socket; the kernel binds
+   them later, so two workers can hand the same port to two kernels (JAX's docs
+   hit this: jax-ml/jax#36130, fixed there with a port-picking provisioner).
+   Here no kernel uses TCP: :class:`IpcProvisioner`, a kernel provisioner
+   (jupyter_client's public hook for launching kernels), starts each kernel on
+   the IPC transport, its five Unix sockets in a folder of its own made by
+   ``tempfile.mkdtemp``, so no two kernels can share an endpoint.  It is the
+   default provisioner of the build's processes: MyST-NB starts kernels through
+   nbclient, which takes no kernel-manager settings, and the page's kernelspec
+   (ipykernel's ``python3``) names no provisioner.
 """
 
 from __future__ import annotations
 
 import os
-import socket
+import shutil
+import tempfile
+from importlib.metadata import EntryPoint
+from typing import Any
 
-#: Blocks of ports below Linux's default ephemeral range; 200 ports hold a worker's
-#: kernels even while closed ones sit in TIME_WAIT for a minute.
-FIRST_PORT, LAST_PORT, BLOCK = 20000, 32000, 200
+from jupyter_client.provisioning import KernelProvisionerFactory, LocalProvisioner
 
-_claim: dict[int, tuple[socket.socket, int]] = {}  # pid -> (held socket, block start)
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\0" * 8)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+#: The name the provisioner is registered under.
+NAME = "torch-explainers-ipc"
 
 
-def claim_block() -> int | None:
-    """This process's block start, claimed once by keeping its first port bound (None if all taken)."""
-    pid = os.getpid()
-    if pid in _claim:  # a forked worker inherits the parent's dict, not its pid
-        return _claim[pid][1]
-    for start in range(FIRST_PORT, LAST_PORT, BLOCK):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", start))
-        except OSError:
-            s.close()
-            continue
-        _claim[pid] = (s, start)
-        return start
-    return None
+class IpcProvisioner(LocalProvisioner):
+    """A local kernel that talks over Unix sockets in a private folder, never over TCP ports."""
+
+    folder: str | None = None
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Point the kernel manager at IPC endpoints in a fresh folder, then launch as usual."""
+        km = self.parent
+        if self.folder is None:  # a restart keeps the kernel's folder
+            self.folder = tempfile.mkdtemp(prefix="kernel-")
+        km.transport = "ipc"
+        km.cache_ports = False  # nothing to reserve: the endpoints are files
+        km.ip = os.path.join(self.folder, "ipc")  # endpoints ipc://<folder>/ipc-1 ... -5
+        return await super().pre_launch(**kwargs)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Remove the kernel's folder once the kernel is gone for good."""
+        await super().cleanup(restart=restart)
+        if not restart and self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
 
-def _install_port_blocks() -> None:
-    from jupyter_client.connect import LocalPortCache
+def use_ipc_kernels() -> None:
+    """Make :class:`IpcProvisioner` the provisioner of every kernel this process (and its
+    forked workers) starts.
 
-    fallback = LocalPortCache.find_available_port
-    if getattr(fallback, "_port_blocks", False):
-        return  # installed by an earlier build in this process
-
-    def find_available_port(self, ip: str) -> int:
-        start = claim_block() if ip in ("127.0.0.1", "localhost") else None
-        if start is not None:
-            for port in range(start + 1, start + BLOCK):
-                if port not in self.currently_used_ports and _bindable(port):
-                    self.currently_used_ports.add(port)
-                    return port
-        return fallback(self, ip)  # block exhausted or not a loopback kernel
-
-    find_available_port._port_blocks = True
-    LocalPortCache.find_available_port = find_available_port
+    The factory finds provisioners by entry point; this one is registered in the
+    factory's table of them, as an installed package's entry point would be,
+    because the site's extensions are not an installed package.
+    ``tests/test_parallel_exec.py`` checks what it does: the kernels of a ``-j 2``
+    build run at once, each on its own IPC endpoints.
+    """
+    factory = KernelProvisionerFactory.instance()
+    factory.provisioners[NAME] = EntryPoint(NAME, f"{__name__}:IpcProvisioner",
+                                            KernelProvisionerFactory.GROUP_NAME)
+    factory.default_provisioner_name = NAME
 
 
 def _create_cache_db(app) -> None:
@@ -87,6 +83,6 @@ def _create_cache_db(app) -> None:
 
 
 def setup(app):
-    _install_port_blocks()
+    use_ipc_kernels()
     app.connect("builder-inited", _create_cache_db)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

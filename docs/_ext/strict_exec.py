@@ -8,20 +8,57 @@ the traceback, and execution of the other pages goes on.  Under ``-W
 build; this extension makes sure a failed cell fails *any* build, ``-W`` or
 not (``docs-live``, a bare ``sphinx-build``), and ends it with one list: the
 page, the exception and the first line of the cell.
+
+It is the one place that says why a page failed: ``tools/sitebuild.py`` names
+the failed pages in its verdict from the list this writes to the file in
+``$TORCH_EXPLAINERS_FAILURES``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from myst_nb.sphinx_ import NbMetadataCollector
 from sphinx.util import logging
 
-from explainers.build import cell_failure
-
 logger = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The exception line of an IPython traceback: "AssertionError: the claim no longer holds".
+_ENAME = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b(?::[ \t]*(.*))?$", re.M)
+# nbclient's wrappers around the cell's own exception, never the answer.
+_WRAPPERS = ("CellExecutionError", "CellTimeoutError", "DeadKernelError")
+
+
+def cell_failure(traceback: str, error: str | None = None) -> str:
+    """What went wrong in a failed cell, in a few words, from MyST-NB's traceback text.
+
+    ``error`` is the class name MyST-NB records (``CellExecutionError`` for any
+    exception a cell raised, ``CellTimeoutError``, ``DeadKernelError``).
+
+    >>> tb = ("nbclient.exceptions.CellExecutionError: An error occurred while executing "
+    ...       "the following cell:\\n------------------\\nassert x == 2, 'no longer holds'\\n"
+    ...       "------------------\\n\\n\\x1b[31mAssertionError\\x1b[39m: no longer holds\\n")
+    >>> cell_failure(tb, "CellExecutionError")
+    "AssertionError: no longer holds, in the cell `assert x == 2, 'no longer holds'`"
+    >>> cell_failure("...\\n-------------------\\ntime.sleep(60)\\n-------------------\\n", "CellTimeoutError")
+    'a cell timed out (CellTimeoutError), in the cell `time.sleep(60)`'
+    """
+    text = _ANSI.sub("", traceback or "")
+    cell = re.search(r"^-{18,}\n(.*?)\n", text, re.M | re.S)
+    where = f", in the cell `{cell[1].strip()[:80]}`" if cell and cell[1].strip() else ""
+    if error == "CellTimeoutError":
+        return f"a cell timed out (CellTimeoutError){where}"
+    if error == "DeadKernelError":
+        return f"the kernel died (DeadKernelError){where}"
+    raised = [m for m in _ENAME.finditer(text) if m[1].rsplit(".", 1)[-1] not in _WRAPPERS]
+    if raised:
+        name, message = raised[-1][1], (raised[-1][2] or "").strip()
+        return f"{name}: {message[:120]}{where}" if message else f"{name}{where}"
+    return f"a cell failed ({error or 'unknown error'}){where}"
 
 
 def failures(env) -> dict[str, str]:
@@ -53,6 +90,9 @@ def _check(app, exception) -> None:
         return  # Sphinx is already failing: do not hide its error behind ours
     failed = failures(app.env)
     _record(app, failed)
+    if os.environ.get("TORCH_EXPLAINERS_FAILURES"):  # the staged build's verdict reads it
+        report = {app.env.doc2path(d, False).as_posix(): why for d, why in failed.items()}
+        Path(os.environ["TORCH_EXPLAINERS_FAILURES"]).write_text(json.dumps(report) + "\n")
     if failed:
         lines = "\n".join(f"  {app.env.doc2path(d, False)}: {why}" for d, why in failed.items())
         # An error, not an exception: Sphinx would print a traceback of this hook

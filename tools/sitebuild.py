@@ -1,14 +1,20 @@
-"""The staged, strict site build that ``nox -s docs`` runs, importable for tests.
+"""The staged, strict site build that ``nox -s docs`` runs: ``python tools/sitebuild.py``.
 
 Sphinx writes into ``_build/staging`` (seeded with the last good doctrees and
 executed notebooks, so only changed pages are read and run) and the result replaces
 ``_build/html`` only when the build succeeds: a failed build leaves the last
-good site byte for byte as it was.  ``noxfile.py`` and the fault-injection
-tests (``tests/test_faults.py``) call the same :func:`build_site`, so the tests
-exercise the real path.
+good site byte for byte as it was.  ``noxfile.py`` runs this file as a script, and
+the build tests (``tests/test_faults.py``, ``tests/test_build_skip.py``) import
+:func:`build_site`, so the tests exercise the real path.
 
-This module imports nothing beyond the standard library: nox imports it from
-its own interpreter.
+A failed build's verdict names each failing page: for a page whose code failed,
+the exception and the cell, as ``docs/_ext/strict_exec.py`` reads them from
+MyST-NB's execution data (it writes them to the file this build names in
+``$TORCH_EXPLAINERS_FAILURES``); for any other page, how many warnings Sphinx
+wrote against it in its warning file (``-w``).
+
+This is site machinery, not part of the ``explainers`` package: it is not shipped,
+and editing it changes no page's inputs.  It imports only the standard library.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "PUBLISHED", "build_site", "cell_failure", "failed_pages", "inputs_digest",
+__all__ = ["BuildResult", "FAILURES_ENV", "PUBLISHED", "build_site", "inputs_digest", "main",
            "sphinx_command", "tree_digest"]
 
 # What a successful build publishes from staging into `_build/`.  MyST-NB
@@ -29,6 +35,10 @@ __all__ = ["BuildResult", "PUBLISHED", "build_site", "cell_failure", "failed_pag
 PUBLISHED = ("html", "doctrees", "jupyter_execute")
 # The digest of the inputs the published site was built from (see inputs_digest).
 INPUTS_FILE = "html-inputs.sha256"
+# Where docs/_ext/strict_exec.py writes {page: why} for the pages whose code failed.
+FAILURES_ENV = "TORCH_EXPLAINERS_FAILURES"
+# A located line of Sphinx's warning file: "/abs/docs/page.md:12: WARNING: ...".
+_LOCATED = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
 # Never inputs: build outputs, notebook execution folders, editor and bytecode caches.
 _NOT_INPUTS = {"_build", "jupyter_execute", "__pycache__", ".ipynb_checkpoints"}
 
@@ -130,74 +140,35 @@ def inputs_digest(docs: Path, command: list[str] | tuple[str, ...], environment:
     return h.hexdigest()
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# "/abs/docs/page.md:12: WARNING: ...": Sphinx's warnings (errors under -W), located; the
-# text runs to the next located warning.
-_WARNING = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
-# The exception line of an IPython traceback: "AssertionError: the claim no longer holds".
-_ENAME = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b(?::[ \t]*(.*))?$", re.M)
-# nbclient's wrappers around the cell's own exception, never the answer.
-_WRAPPERS = ("CellExecutionError", "CellTimeoutError", "DeadKernelError")
+def failed_pages(report: Path, warnings: Path, docs: Path) -> dict[str, str]:
+    """The pages a failed build blames, each with why, for the one-line verdict.
 
+    ``report`` is strict_exec's ``{page: why}`` for the pages whose code failed;
+    ``warnings`` is Sphinx's warning file, which names every other page that
+    failed the strict build (under ``-W`` a warning is an error).  Either may be
+    missing: a build can fail before it executes anything.
 
-def cell_failure(traceback: str, error: str | None = None) -> str:
-    """What went wrong in a failed cell, in a few words, from MyST-NB's traceback text.
-
-    ``error`` is the class name MyST-NB records (``CellExecutionError`` for any
-    exception a cell raised, ``CellTimeoutError``, ``DeadKernelError``).
-
-    >>> tb = ("nbclient.exceptions.CellExecutionError: An error occurred while executing "
-    ...       "the following cell:\\n------------------\\nassert x == 2, 'no longer holds'\\n"
-    ...       "------------------\\n\\n\\x1b[31mAssertionError\\x1b[39m: no longer holds\\n")
-    >>> cell_failure(tb, "CellExecutionError")
-    "AssertionError: no longer holds, in the cell `assert x == 2, 'no longer holds'`"
-    >>> cell_failure("...\\n-------------------\\ntime.sleep(60)\\n-------------------\\n", "CellTimeoutError")
-    'a cell timed out (CellTimeoutError), in the cell `time.sleep(60)`'
+    >>> import json, tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "failed.json").write_text(json.dumps({"c.md": "AssertionError: no longer holds"}))
+    >>> _ = (d / "warnings.txt").write_text(
+    ...     "/x/docs/a.md:3: WARNING: unknown document: 'b' [ref.doc]\\n"
+    ...     "/x/docs/c.md: WARNING: Executing notebook failed: CellExecutionError [mystnb.exec]\\n")
+    >>> failed_pages(d / "failed.json", d / "warnings.txt", Path("/x/docs"))
+    {'c.md': 'AssertionError: no longer holds', 'a.md': '1 warning'}
+    >>> failed_pages(d / "none.json", d / "none.txt", Path("/x/docs"))
+    {}
     """
-    text = _ANSI.sub("", traceback or "")
-    cell = re.search(r"^-{18,}\n(.*?)\n", text, re.M | re.S)
-    where = f", in the cell `{cell[1].strip()[:80]}`" if cell and cell[1].strip() else ""
-    if error == "CellTimeoutError":
-        return f"a cell timed out (CellTimeoutError){where}"
-    if error == "DeadKernelError":
-        return f"the kernel died (DeadKernelError){where}"
-    raised = [m for m in _ENAME.finditer(text) if m[1].rsplit(".", 1)[-1] not in _WRAPPERS]
-    if raised:
-        name, message = raised[-1][1], (raised[-1][2] or "").strip()
-        return f"{name}: {message[:120]}{where}" if message else f"{name}{where}"
-    return f"a cell failed ({error or 'unknown error'}){where}"
+    import json
 
-
-def failed_pages(output: str, docs: Path) -> dict[str, str]:
-    """The pages a failed build's output blames, each with why, for the one-line verdict.
-
-    >>> out = ("/x/docs/a.md:3: WARNING: unknown document: 'b' [ref.doc]\\n"
-    ...        "/x/docs/c.md: WARNING: Executing notebook failed: CellTimeoutError\\n"
-    ...        "-------------------\\ntime.sleep(60)\\n-------------------\\n"
-    ...        "/x/docs/c.md: WARNING: Notebook exception traceback saved in: /x/c.err.log\\n")
-    >>> failed_pages(out, Path("/x/docs"))
-    {'c.md': 'a cell timed out (CellTimeoutError), in the cell `time.sleep(60)`', 'a.md': '1 warning'}
-    """
-    text = _ANSI.sub("", output)
-    out: dict[str, str] = {}
-
-    def rel(path: str) -> str:
-        try:
-            return Path(path).relative_to(docs).as_posix()
-        except ValueError:
-            return path
-
+    out: dict[str, str] = json.loads(report.read_text()) if report.is_file() else {}
     warned: dict[str, int] = {}
-    located = list(_WARNING.finditer(text))
-    for m, nxt in zip(located, [*located[1:], None], strict=True):
-        page, body = rel(m[1]), text[m.end():nxt.start() if nxt else len(text)]
-        if body.startswith("Executing notebook failed: "):
-            error = body.split(":", 1)[1].split()[0]
-            out[page] = cell_failure(body, error)
-        elif not body.startswith("Notebook exception traceback saved in"):  # the same failure
-            warned[page] = warned.get(page, 0) + 1
+    for m in _LOCATED.finditer(warnings.read_text(errors="replace") if warnings.is_file() else ""):
+        path = Path(m[1])
+        page = path.relative_to(docs).as_posix() if path.is_relative_to(docs) else m[1]
+        warned[page] = warned.get(page, 0) + 1
     for page, n in warned.items():
-        out.setdefault(page, f"{n} warning{'s' if n > 1 else ''}")
+        out.setdefault(page, f"{n} warning{'s' if n > 1 else ''}")  # a failed page's warning is its failure
     return out
 
 
@@ -251,6 +222,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     ``skip_unchanged``, a string naming the Python environment, makes a build
     whose :func:`inputs_digest` equals the published site's a no-op: Sphinx
     would re-read files and execute nothing, so the site would not change.
+    A failed build's ``message`` names each failing page and why (:func:`failed_pages`).
 
     >>> build_site(Path("/nonexistent/docs"), "python")
     Traceback (most recent call last):
@@ -262,7 +234,9 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
         raise ValueError(f"{docs} has no conf.py: not a Sphinx source folder")
     build = Path(build) if build is not None else docs / "_build"
     site, staging = build / "html", build / "staging"
-    cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees", extra)]
+    report, warnfile = staging / "failed-pages.json", staging / "warnings.txt"
+    cmd = [*prefix, *sphinx_command(python, docs, staging / "html", staging / "doctrees",
+                                    ["-w", str(warnfile), *extra])]
     digest = None if skip_unchanged is None else inputs_digest(docs, cmd, skip_unchanged)
     recorded = build / INPUTS_FILE
     if (digest and (site / "index.html").is_file() and recorded.is_file()
@@ -279,12 +253,13 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     for name in ("doctrees", "jupyter_execute"):
         if (build / name).exists():
             shutil.copytree(build / name, staging / name, symlinks=True)
+    env = {**(os.environ if env is None else env), FAILURES_ENV: str(report)}
     code, output = _run(cmd, env, timeout, echo=not capture)
     if code != 0:
         where = site / "index.html"
         kept = (f"The last good site is unchanged at {where}." if where.exists()
                 else "There is no previous site.")
-        failed = failed_pages(output, docs)
+        failed = failed_pages(report, warnfile, docs.resolve())
         named = ("; ".join(f"{page}: {why}" for page, why in failed.items()) if failed
                  else "see the output above")
         return BuildResult(False, output, f"The docs build FAILED ({named}). {kept}")
@@ -304,3 +279,38 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     if digest:
         recorded.write_text(digest + "\n")
     return BuildResult(True, output, f"Site built: {site / 'index.html'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tools/sitebuild.py [options] DOCS [-- SPHINX-ARGS...]``: build, print the verdict.
+
+    Exits 0 when the site was built or is up to date, 1 when the build failed.
+
+    >>> main(["/nonexistent/docs"])
+    Traceback (most recent call last):
+    ...
+    ValueError: /nonexistent/docs has no conf.py: not a Sphinx source folder
+    """
+    import argparse
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="tools/sitebuild.py", description=__doc__.split("\n")[0])
+    parser.add_argument("docs", type=Path, help="the Sphinx source folder")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter that runs Sphinx, and so the pages' kernels")
+    parser.add_argument("--build", type=Path, help="the build folder (default: DOCS/_build)")
+    parser.add_argument("--skip-unchanged", metavar="ENVIRONMENT",
+                        help="a text naming the Python environment; a build whose inputs and "
+                             "environment match the published site's builds nothing")
+    parser.add_argument("--label", default="", help="what the verdict line starts with")
+    args = parser.parse_args(ours)
+    result = build_site(args.docs, args.python, extra, build=args.build,
+                        skip_unchanged=args.skip_unchanged)
+    print(f"{args.label}: {result.message}" if args.label else result.message, flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
