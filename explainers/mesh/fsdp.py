@@ -41,6 +41,11 @@ def fsdp_tp_layout(mesh: Any, rows: int = 16) -> FsdpLayout:
     shard index from ``ProcessGroup.rank()``, which the ``fake`` backend answers with one
     plain ``0`` for every simulated rank (torch 2.14.1 and 2.15.0), so every ``dp`` rank keeps the
     chunk of ``dp = 0``.
+
+    >>> from explainers.mesh.simulated import simulated_mesh
+    >>> with simulated_mesh((4, 2), ("dp", "tp")) as mesh:
+    ...     fsdp_tp_layout(mesh).placements
+    ('_S(0, sf=2)', 'S(0)')
     """
     import torch
     import torch.distributed as dist

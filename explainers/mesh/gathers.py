@@ -18,7 +18,7 @@ from typing import Any
 
 from explainers.mesh.steps import RankState, rank_states
 from explainers.mesh.uneven import _placement_str, redistribute
-from explainers.mesh.walkthrough import _check_numel
+from explainers.mesh.walkthrough import _check_mnk_2x2x2, _check_numel
 
 __all__ = [
     "FLAT",
@@ -76,6 +76,12 @@ def gather_probes(mesh: Any) -> list[GatherProbe]:
     (mesh, mesh dims, reason) (torch 2.14.1 and 2.15.0: the set
     ``_redistribute._warned_flatten_issues``);
     each probe empties that set first, so that it records the warning whatever ran before.
+
+    >>> from explainers.mesh.simulated import simulated_mesh
+    >>> with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+    ...     probes = gather_probes(mesh)
+    >>> probes[2].label, probes[2].src
+    ('right to left, flattened mesh', ('_S(0, sf=4)', '_S(0, sf=2)', 'S(0)'))
     """
     import torch.distributed.tensor._redistribute as rd
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -84,11 +90,7 @@ def gather_probes(mesh: Any) -> list[GatherProbe]:
     from explainers.mesh.uneven import redistribute_log
     from explainers.render import arange_nd
 
-    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
-        raise ValueError(
-            "gather_probes needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
-            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
-        )
+    _check_mnk_2x2x2(mesh, "gather_probes")
     S, R = Shard, Replicate()
     left_to_right = [S(0), S(0), S(0)]
     right_to_left = [_StridedShard(0, split_factor=4), _StridedShard(0, split_factor=2), S(0)]
@@ -181,11 +183,7 @@ def uneven_gather_sweep(mesh: Any, sizes: Sequence[int]) -> list[SweepPoint]:
     from explainers.mesh.uneven import redistribute_log
     from explainers.render import arange_nd
 
-    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
-        raise ValueError(
-            "uneven_gather_sweep needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
-            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
-        )
+    _check_mnk_2x2x2(mesh, "uneven_gather_sweep")
     if FLAT not in (mesh._flatten_mapping or {}):
         mesh["m", "n", "k"]._flatten(FLAT)
     points = []
@@ -241,6 +239,11 @@ def merge_probes(per_rank_runs: Sequence[Sequence[GatherProbe]]) -> list[GatherP
     """Combine the probes recorded by each real process into probes holding all ranks.
 
     Every process must have run the same probes with the same counts and warnings.
+
+    >>> one = lambda r: [GatherProbe("p", 1, ("S(0)",), False, {}, (),
+    ...                              (RankState(r, (r,), ("R",), (1,), [0]),))]
+    >>> [r.rank for r in merge_probes([one(1), one(0)])[0].ranks]
+    [0, 1]
     """
     if not per_rank_runs:
         raise ValueError("merge_probes needs at least one run")

@@ -14,11 +14,18 @@ from typing import Any
 
 from explainers.checks import is_int
 from explainers.mesh.steps import rank_local, rank_states
+from explainers.mesh.walkthrough import _check_mnk_2x2x2
 
 __all__ = ["BROADCAST_MESHES", "broadcast_probe", "replay_broadcast", "scatter_probe"]
 
 #: The meshes :func:`broadcast_probe` broadcasts over, by their dims' names.
 BROADCAST_MESHES: tuple[tuple[str, ...], ...] = (("m",), ("n",), ("k",), ("m", "n", "k"))
+
+
+def _check_group_rank(src_data_rank: object) -> None:
+    # A group of the 2x2x2 mesh along one mesh dim has two ranks.
+    if not is_int(src_data_rank) or src_data_rank not in (0, 1):
+        raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
 
 
 def broadcast_probe(mesh: Any, src_data_rank: int = 1) -> dict[str, dict[int, int]]:
@@ -39,16 +46,8 @@ def broadcast_probe(mesh: Any, src_data_rank: int = 1) -> dict[str, dict[int, in
     """
     from torch.distributed.tensor import Replicate, distribute_tensor
 
-
-    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
-        raise ValueError(
-            "broadcast_probe needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
-            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
-        )
-    if not is_int(src_data_rank) or not (
-        0 <= src_data_rank < 2
-    ):
-        raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
+    _check_mnk_2x2x2(mesh, "broadcast_probe")
+    _check_group_rank(src_data_rank)
     out = {}
     for dims in BROADCAST_MESHES:
         sub = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
@@ -120,13 +119,8 @@ def scatter_probe(mesh: Any, src_data_rank: int) -> dict:
     from torch.distributed.tensor import Shard, distribute_tensor
 
 
-    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
-        raise ValueError(
-            "scatter_probe needs a 2x2x2 mesh named (\"m\", \"n\", \"k\"), got "
-            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
-        )
-    if isinstance(src_data_rank, bool) or src_data_rank not in (0, 1):
-        raise ValueError(f"src_data_rank must be a group rank, 0 or 1, got {src_data_rank!r}")
+    _check_mnk_2x2x2(mesh, "scatter_probe")
+    _check_group_rank(src_data_rank)
     mine = rank_local([[10 * r + i for i in range(4)] for r in range(8)])
     try:
         x = distribute_tensor(mine, mesh["m"], [Shard(0)], src_data_rank=src_data_rank)

@@ -80,6 +80,15 @@ def _check_mesh(mesh: Any, what: str) -> None:
         )
 
 
+def _check_mnk_2x2x2(mesh: Any, what: str) -> None:
+    """The probes' mesh: the fragment's, 2x2x2, since they compare with its 8 ranks."""
+    if tuple(mesh.mesh_dim_names or ()) != ("m", "n", "k") or tuple(mesh.shape) != (2, 2, 2):
+        raise ValueError(
+            f'{what} needs a 2x2x2 mesh named ("m", "n", "k"), got '
+            f"{tuple(mesh.shape)} {mesh.mesh_dim_names}"
+        )
+
+
 def _names(mesh: Any) -> dict[str, Any]:
     """The names the fragment's lines use, and nothing else."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
