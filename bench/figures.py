@@ -254,7 +254,8 @@ def render_figures(ctx: Context) -> list[Figure]:
 # As the page times it: imports done, then open the simulated world, walk, close it.
 _SIMULATED = r"""
 import sys, time, torch
-from explainers.mesh import simulated_mesh, walkthrough
+from explainers.mesh.simulated import simulated_mesh
+from explainers.mesh.walkthrough import walkthrough
 t, c = time.perf_counter(), time.process_time()
 with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
     steps = walkthrough(mesh, int(sys.argv[1]))
@@ -273,7 +274,7 @@ def mesh_figures(ctx: Context, numel: int = 15) -> list[Figure]:
                   "simulated CPU ÷ (real CPU ÷ 2)", "×")
     figs = [ratio, idle, sim, real]
     try:
-        from explainers.mesh_launch import launch_walkthrough
+        from explainers.mesh.launch import launch_walkthrough
     except ImportError:
         for f in figs:
             f.status = NOT_YET

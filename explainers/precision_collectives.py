@@ -1,7 +1,7 @@
 """The collectives dimension: all-reduce the same bf16 gradients with communication in bf16 or fp32.
 
 Runs a real ``torch.distributed.all_reduce`` in a simulated world
-(:func:`explainers.mesh.simulated_world`, PyTorch's ``"fake"`` process group
+(:func:`explainers.mesh.simulated.simulated_world`, PyTorch's ``"fake"`` process group
 plus ``LocalTensorMode``).  In torch 2.14.1 ``LocalTensorMode`` reduces with
 ``functools.reduce(operator.add, per_rank_tensors)``
 (``_local_reduce`` in ``torch/distributed/_local_tensor/_c10d.py``; checked
@@ -76,7 +76,7 @@ def allreduce(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> tor
     import torch.distributed as dist
     from torch.distributed._local_tensor import LocalTensor
 
-    from explainers.mesh import simulated_world
+    from explainers.mesh.simulated import simulated_world
 
     if comm_dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
         raise ValueError(f"comm_dtype must be a floating dtype, got {comm_dtype}")

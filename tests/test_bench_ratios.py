@@ -142,8 +142,9 @@ def test_simulated_mesh_walkthrough_is_far_cheaper_than_8_gloo_processes():
 
     import torch  # noqa: F401 - the page's kernel has it imported
 
-    from explainers.mesh import simulated_mesh, walkthrough
-    from explainers.mesh_launch import launch_walkthrough
+    from explainers.mesh.launch import launch_walkthrough
+    from explainers.mesh.simulated import simulated_mesh
+    from explainers.mesh.walkthrough import walkthrough
 
     real = launch_walkthrough(15)
     start = time.perf_counter()

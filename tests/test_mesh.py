@@ -1,11 +1,12 @@
-"""Tests for explainers.mesh: simulated worlds, meshes, and their teardown."""
+"""Tests for explainers.mesh.simulated (worlds, meshes, their teardown), the torchrun entry's
+refusal outside torchrun, and the launcher's store of real runs."""
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import local_tensor_mode
 
-from explainers.mesh import make_mesh, simulated_mesh, simulated_world
+from explainers.mesh.simulated import make_mesh, simulated_mesh, simulated_world
 
 
 def _clean():
@@ -115,7 +116,7 @@ def test_mesh_run_refuses_outside_torchrun():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     out = subprocess.run(
-        [sys.executable, "-m", "explainers.mesh_run"],
+        [sys.executable, "-m", "explainers.mesh.torchrun"],
         env=env,
         capture_output=True,
         text=True,
@@ -128,11 +129,13 @@ def test_stored_runs_are_kept_per_torch_version(tmp_path, monkeypatch):
     """A run stored under one torch version is neither read nor removed under another."""
     import torch
 
-    from explainers import mesh_launch
+    from explainers.mesh import launch as mesh_launch
 
-    monkeypatch.setenv("TORCH_EXPLAINERS_MESH_RUNS", str(tmp_path))
+    # Stored runs live under the one cache root, in mesh-runs/.
+    monkeypatch.setenv("TORCH_EXPLAINERS_CACHE", str(tmp_path))
     monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
     old = mesh_launch._store("verbatim", 15, {"x": 1})
+    assert old.parent == tmp_path / "mesh-runs"
     assert "torch2.14.1+cu130" in old.name and mesh_launch._stored("verbatim", 15) == {"x": 1}
     monkeypatch.setattr(torch, "__version__", "2.15.0+cu132")
     assert mesh_launch._stored("verbatim", 15) is None

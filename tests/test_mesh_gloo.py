@@ -5,8 +5,8 @@ import torch
 from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from explainers.mesh import simulated_mesh, snapshot, walkthrough
-from explainers.mesh_launch import (
+from explainers.mesh.gathers import gather_probes
+from explainers.mesh.launch import (
     launch_verbatim,
     launch_walkthrough,
     real_run,
@@ -14,7 +14,10 @@ from explainers.mesh_launch import (
     save_record,
     save_verbatim,
 )
-from explainers.mesh_probes import broadcast_probe, gather_probes
+from explainers.mesh.rooted import broadcast_probe
+from explainers.mesh.simulated import simulated_mesh
+from explainers.mesh.steps import snapshot
+from explainers.mesh.walkthrough import walkthrough
 from explainers.releases import release_of
 
 pytestmark = pytest.mark.slow
@@ -62,7 +65,7 @@ def test_simulated_matches_real_gloo(numel):
         )
     assert real.fsdp.placements == ("_S(0, sf=2)", "S(0)")
     assert real.fsdp.rows == {s.rank: [row[0] for row in s.values] for s in strided.ranks}
-    # Keep the verified run for the page (see explainers.mesh_launch.real_run).
+    # Keep the verified run for the page (see explainers.mesh.launch.real_run).
     save_record(real, numel)
     assert real_run(numel).steps == real.steps
     assert real_run(numel).probes == real.probes and real_run(numel).fsdp == real.fsdp

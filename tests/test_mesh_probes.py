@@ -1,4 +1,5 @@
-"""explainers.mesh_probes in the simulation: the trace, the fragment as written, the probes."""
+"""The mesh probes in the simulation: the trace, the fragment as written, the gathers, broadcast
+and scatter, FSDP2's layout and the observations by release."""
 
 import pytest
 import torch
@@ -6,19 +7,20 @@ import torch.distributed.tensor._redistribute as rd
 from torch.distributed._local_tensor import _c10d as emulation
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from explainers.mesh import simulated_mesh, simulated_world, walkthrough
-from explainers.mesh_probes import (
-    FsdpLayout,
+from explainers.mesh.fsdp import FsdpLayout, fsdp_tp_layout
+from explainers.mesh.gathers import (
     GatherProbe,
-    fragment_code,
     gather_probes,
     merge_probes,
+    padded_gather,
     planned_mesh_dims,
-    replay_broadcast,
-    run_fragment,
-    scatter_probe,
-    simulation_trace,
+    uneven_gather_sweep,
 )
+from explainers.mesh.rooted import broadcast_probe, replay_broadcast, scatter_probe
+from explainers.mesh.simulated import make_mesh, simulated_mesh, simulated_world
+from explainers.mesh.steps import rank_local
+from explainers.mesh.trace import replaced_functions, simulation_trace
+from explainers.mesh.walkthrough import fragment_code, run_fragment, walkthrough
 from explainers.page.torchsource import torch_lines, torch_lines_many
 
 R, S = Replicate(), Shard
@@ -45,8 +47,6 @@ def test_trace_counts_and_restores():
 
 
 def test_trace_records_what_broadcast_and_scatter_received():
-    from explainers.mesh import rank_local
-
     before = (emulation._local_broadcast_, emulation._local_scatter_)
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh, simulation_trace() as seen:
         distribute_tensor(rank_local([[r, r] for r in range(8)]), mesh["n"], [R], src_data_rank=1)
@@ -178,17 +178,11 @@ def test_torch_lines():
 
 
 def test_fsdp_layout_refuses_other_meshes():
-    from explainers.mesh_probes import fsdp_tp_layout
-
     with simulated_world(2), pytest.raises(ValueError, match=r'named \("dp", "tp"\)'):
-        from explainers.mesh import make_mesh
-
         fsdp_tp_layout(make_mesh((2,), ("x",)))
 
 
 def test_replaced_functions_inside_and_after():
-    from explainers.mesh_probes import replaced_functions
-
     before = replaced_functions()
     with simulated_world(2):
         inside = replaced_functions()
@@ -199,8 +193,6 @@ def test_replaced_functions_inside_and_after():
 
 
 def test_padded_gather():
-    from explainers.mesh_probes import padded_gather
-
     assert padded_gather([2, 2, 2, 1, 2, 1, 2, 1], 13) == [0, 1, 2, 3, 4, 5, 6, 0, 7, 8, 9, 0, 10]
     assert padded_gather([1, 0, 1, 0], 2) == [0, 0]
     assert padded_gather([2, 2, 2, 2, 2, 2, 2, 1], 15) == list(range(15))
@@ -213,8 +205,6 @@ def test_padded_gather():
 
 
 def test_uneven_gather_sweep(probes):
-    from explainers.mesh_probes import uneven_gather_sweep
-
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
         sweep = uneven_gather_sweep(mesh, [8, 12, 13])
     assert [p.correct for p in sweep] == [True, False, False]
@@ -226,8 +216,6 @@ def test_uneven_gather_sweep(probes):
 
 
 def test_fsdp_layout_simulated_keeps_dp_zero_rows():
-    from explainers.mesh_probes import fsdp_tp_layout
-
     with simulated_mesh((4, 2), ("dp", "tp")) as mesh:
         layout = fsdp_tp_layout(mesh)
     assert layout.placements == ("_S(0, sf=2)", "S(0)")
@@ -248,7 +236,6 @@ def _group_rank_1(dims):
 
 
 def test_broadcast_probe_by_release():
-    from explainers.mesh_probes import broadcast_probe
     from explainers.releases import release_of
 
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
@@ -279,7 +266,7 @@ def test_release_observations_agree_but_for_the_broadcast():
     loop, from the calls the emulation received, gives that release's broadcast."""
     from explainers.releases import SUPPORTED, run_under
 
-    obs = {rel: run_under(rel, "explainers.mesh_probes:release_observations") for rel in SUPPORTED}
+    obs = {rel: run_under(rel, "explainers.mesh.observations:release_observations") for rel in SUPPORTED}
     assert {rel: o["torch"].split("+")[0] for rel, o in obs.items()} == {r: r for r in SUPPORTED}
     same = [{k: v for k, v in o.items() if k not in ("torch", "broadcast")} for o in obs.values()]
     assert all(s == same[0] for s in same)

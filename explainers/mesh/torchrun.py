@@ -1,20 +1,20 @@
-"""Run the mesh-elimination walkthrough on real processes.
+"""The entry point ``torchrun`` runs: the mesh-elimination walkthrough on real processes.
 
-    python -m torch.distributed.run --nproc-per-node 8 -m explainers.mesh_run --numel 15
+    python -m torch.distributed.run --nproc-per-node 8 -m explainers.mesh.torchrun --numel 15
 
-Each of the 8 processes runs :func:`explainers.mesh.walkthrough` on a real
+Each of the 8 processes runs :func:`explainers.mesh.walkthrough.walkthrough` on a real
 2x2x2 ``DeviceMesh`` (gloo on CPU, or NCCL with ``--device cuda``).  Rank 0
 gathers every rank's locals and prints, for every step, the same drawing and
 per-rank listing as the page.  With ``--out DIR`` each rank also writes what it
 held at every step to ``DIR/rank<r>.json`` (the comparison test reads those),
 together with the page's probes of multi-dim redistributes
-(:func:`explainers.mesh_probes.gather_probes`), of ``distribute_tensor``'s broadcast
-from group rank 1 (:func:`explainers.mesh_probes.broadcast_probe`) and of FSDP2 over
-tensor parallelism (:func:`explainers.mesh_probes.fsdp_tp_layout`), which run after
+(:func:`explainers.mesh.gathers.gather_probes`), of ``distribute_tensor``'s broadcast
+from group rank 1 (:func:`explainers.mesh.rooted.broadcast_probe`) and of FSDP2 over
+tensor parallelism (:func:`explainers.mesh.fsdp.fsdp_tp_layout`), which run after
 the walkthrough.
 
 With ``--verbatim`` each process instead runs the fragment exactly as written
-(:func:`explainers.mesh_probes.run_fragment`), appending the index of every line
+(:func:`explainers.mesh.walkthrough.run_fragment`), appending the index of every line
 it starts to ``DIR/rank<r>.progress`` and what it ended with to
 ``DIR/rank<r>.json``: a rank can die inside a collective without a Python exception.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m explainers.mesh_run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m explainers.mesh.torchrun", description=__doc__)
     parser.add_argument("--numel", type=int, default=15, help="elements of arange_nd(numel)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--out", type=Path, help="directory for rank<r>.json files")
@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from explainers.mesh import Step, make_mesh, merge_steps, rank_listing, render_step, walkthrough
+    from explainers.mesh.draw import rank_listing, render_step
+    from explainers.mesh.simulated import make_mesh
+    from explainers.mesh.steps import Step, merge_steps
+    from explainers.mesh.walkthrough import walkthrough
 
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -72,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         steps = walkthrough(mesh, args.numel)
         seconds = time.perf_counter() - start
         if args.out is not None:
-            from explainers.mesh_probes import broadcast_probe, fsdp_tp_layout, gather_probes
+            from explainers.mesh.fsdp import fsdp_tp_layout
+            from explainers.mesh.gathers import gather_probes
+            from explainers.mesh.rooted import broadcast_probe
 
             probes = gather_probes(mesh)
             broadcast = broadcast_probe(mesh)
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _verbatim(mesh, numel: int, out: Path, rank: int) -> int:
     """Run the fragment as written; record each line started, then the result or the error."""
-    from explainers.mesh_probes import run_fragment
+    from explainers.mesh.walkthrough import run_fragment
 
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"rank{rank}.progress", "a") as progress:

@@ -1,8 +1,9 @@
-"""Launch the mesh walkthrough on real processes and collect what every rank held.
+"""The launcher: run the mesh walkthrough on real gloo processes, collect and store what every
+rank held.
 
 The comparison test, and anyone checking the simulated page against real
 PyTorch, uses :func:`launch_walkthrough`: one ``torchrun --nproc-per-node 8``
-launch of :mod:`explainers.mesh_run` (gloo on CPU), which returns the
+launch of :mod:`explainers.mesh.torchrun` (gloo on CPU), which returns the
 walkthrough's steps and the page's probes with all 8 ranks merged, and how long
 it took.  :func:`launch_verbatim` runs the fragment exactly as written and
 returns how each rank ended, including ranks that died inside a collective.
@@ -23,11 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# mesh_run is the script torchrun launches: imported so that the docs' dependency
-# cache (explainers.deps) re-executes the mesh page when it changes.
-from explainers import mesh_run  # noqa: F401
-from explainers.mesh import FRAGMENT, Step, merge_steps
-from explainers.mesh_probes import FsdpLayout, GatherProbe, merge_probes
+from explainers.mesh.fsdp import FsdpLayout
+from explainers.mesh.gathers import GatherProbe, merge_probes
+from explainers.mesh.steps import Step, merge_steps
+from explainers.mesh.walkthrough import FRAGMENT
 
 __all__ = [
     "RealRun",
@@ -41,7 +41,7 @@ __all__ = [
     "record_key",
 ]
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -65,7 +65,7 @@ class RealRun:
     nproc: int
     probes: list[GatherProbe] = field(default_factory=list)  # every rank merged in
     fsdp: FsdpLayout | None = None  # every rank's rows merged in
-    #: explainers.mesh_probes.broadcast_probe: {"m": {rank: whose tensor it holds}, ...}
+    #: explainers.mesh.rooted.broadcast_probe: {"m": {rank: whose tensor it holds}, ...}
     broadcast: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
@@ -86,7 +86,7 @@ class VerbatimRun:
 
 
 def _launch(numel: int, nproc: int, timeout: float, out: Path, extra: list[str]) -> tuple[int, str]:
-    """One ``torchrun`` launch of :mod:`explainers.mesh_run`; (return code, output)."""
+    """One ``torchrun`` launch of :mod:`explainers.mesh.torchrun`; (return code, output)."""
     cmd = [
         sys.executable,
         "-m",
@@ -95,7 +95,7 @@ def _launch(numel: int, nproc: int, timeout: float, out: Path, extra: list[str])
         "--master-addr=127.0.0.1",
         f"--master-port={free_port()}",
         "-m",
-        "explainers.mesh_run",
+        "explainers.mesh.torchrun",
         f"--numel={numel}",
         f"--out={out}",
         "--quiet",
@@ -139,7 +139,7 @@ def failed_ranks(output: str) -> dict[int, int]:
 
 
 def launch_walkthrough(numel: int, nproc: int = 8, timeout: float = 300.0) -> RealRun:
-    """Run :func:`explainers.mesh.walkthrough` and the page's probes on ``nproc`` real gloo
+    """Run :func:`explainers.mesh.walkthrough.walkthrough` and the page's probes on ``nproc`` real gloo
     processes.
 
     One ``python -m torch.distributed.run`` launch, rendezvous on a free port of
@@ -217,7 +217,8 @@ def launch_verbatim(numel: int, nproc: int = 8, timeout: float = 300.0) -> Verba
 
 
 def record_key(numel: int, torch_version: str | None = None) -> str:
-    """What a stored real run depends on: the walkthrough's code, torch, Python, the size.
+    """What a stored real run depends on: the code of :mod:`explainers.mesh`, torch, Python,
+    the size.
 
     ``torch_version`` defaults to the installed ``torch.__version__``: a run made with one
     torch release is never reused under another.
@@ -232,8 +233,9 @@ def record_key(numel: int, torch_version: str | None = None) -> str:
 
         torch_version = torch.__version__
     h = hashlib.sha256()
-    for name in ("mesh.py", "mesh_run.py", "mesh_launch.py", "mesh_probes.py"):
-        h.update((Path(__file__).parent / name).read_bytes())
+    # Every module of the package: the walkthrough, the probes, the entry point and this file.
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(f"{torch_version}|{sys.version_info[:2]}|{numel}".encode())
     return h.hexdigest()[:16]
 
@@ -241,7 +243,7 @@ def record_key(numel: int, torch_version: str | None = None) -> str:
 def _records_dir() -> Path:
     from explainers.releases import cache_root
 
-    return Path(os.environ.get("TORCH_EXPLAINERS_MESH_RUNS", cache_root() / "mesh-runs"))
+    return cache_root() / "mesh-runs"
 
 
 def _record_path(kind: str, numel: int) -> Path:
@@ -306,8 +308,8 @@ def real_run(numel: int, timeout: float = 300.0) -> RealRun:
     to reuse that run when nothing it depends on has changed (same
     :func:`record_key`: the walkthrough's code, torch, Python, the size);
     otherwise it launches one itself (about 30 s on 2 cores) and stores it.  Records
-    live in ``$TORCH_EXPLAINERS_MESH_RUNS``, default ``mesh-runs`` under
-    :func:`explainers.releases.cache_root`, one per torch version.
+    live in ``mesh-runs`` under :func:`explainers.releases.cache_root`, one per torch
+    version.
     """
     data = _stored("walkthrough", numel)
     if data is not None:
