@@ -55,7 +55,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "std::system_error); 2.15.0 does neither"),
     Difference("allocator", "versions-allocator-record-stream",
                "aten::record_stream's kernels: 2.15.0 adds MPS; neither release has a CPU kernel"),
-    Difference("precision", "versions-precision-fsdp2-reduce-dtype",
+    Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
                "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 "
                "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16 and, with gradient sync "
                "off, holds bf16 gradients; 2.15.0 copies them into an fp32 buffer, reduce-scatters fp32 "

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from explainers.precision_collectives import (
+from explainers.precision.collectives import (
     allreduce,
     allreduce_errors,
     allreduce_matches_fold,

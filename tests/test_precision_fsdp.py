@@ -14,20 +14,18 @@ import pytest
 import torch
 from torch.distributed import ReduceOp
 
-from explainers.precision_fsdp import (
-    dtype_name,
+from explainers.precision.fsdp_data import dtype_name, op_name, parse_dtype
+from explainers.precision.fsdp_decision import (
+    gradient_divide_factors,
+    leaf_grad_dtype,
+    reduce_dtype_source,
+)
+from explainers.precision.fsdp_launch import (
     fsdp_reduce_dtypes,
     fsdp_reduce_dtypes_many,
     fsdp_reduce_report,
-    fsdp_runs_by_policy,
-    fsdp_table,
-    gradient_divide_factors,
-    leaf_grad_dtype,
-    op_name,
-    parse_dtype,
-    reduce_dtype_source,
-    short_dtypes,
 )
+from explainers.precision.fsdp_tables import fsdp_runs_by_policy, fsdp_table, short_dtypes
 from explainers.releases import SUPPORTED, release_of
 
 BF16, FP16, FP32 = "torch.bfloat16", "torch.float16", "torch.float32"

@@ -1,20 +1,19 @@
-"""Tests of the two MoE router formulations in explainers.router."""
+"""Tests of explainers.precision.router and .topk_router: the two MoE router formulations compared."""
 
 import pytest
 import torch
 
-from explainers.router import (
+from explainers.precision.router import (
     _ulp,
     compare_routers,
     dense_weights,
     find_tied_row,
-    full_softmax_then_renorm,
     k1_router_gradients,
     router_roundings,
     router_table,
-    topk_softmax,
     topk_tie_note,
 )
+from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
 ROUTERS = [topk_softmax, full_softmax_then_renorm]
 
@@ -95,7 +94,7 @@ def test_ulp_is_the_spacing_at_the_value_not_at_one():
 
 
 def test_max_ulps_matches_numpy_spacing():
-    # Independent of explainers.router._ulp: numpy's spacing at each fp32 reference weight.
+    # Independent of explainers.precision.router._ulp: numpy's spacing at each fp32 reference weight.
     np = pytest.importorskip("numpy")
     c = compare_routers(torch.float32, tokens=64, n_experts=16, k=4)
     logits = torch.randn(64, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2.0

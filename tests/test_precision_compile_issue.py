@@ -1,84 +1,20 @@
-"""Eager against torch.compile (inductor on CPU builds C++: the compiling tests are slow)."""
-
-import logging
+"""Tests of explainers.precision.compile_issue, pytorch/pytorch#163449 on CPU (the compiling test is slow)."""
 
 import pytest
 
-from explainers.compile_divergence import (
-    ISSUES,
-    ISSUES_STATE_AS_OF,
+from explainers.precision.compile_issue import (
     STEP_NAMES,
     SeedRun,
-    emulate_precision_casts_comment,
-    inductor_config_comment,
     issue_163449,
     issue_163449_inputs,
     issue_163449_settings,
     issue_163449_steps,
     issue_runs_table,
-    measure_per_op_rounding,
     run_issue_163449,
-    silence_cuda_home_warning,
     summarize_issue_runs,
     t10_rest_max,
-    welford_statements,
 )
-
-
-def test_issue_table_lists_the_three_fuzzer_reports():
-    assert set(ISSUES) == {163449, 163457, 163420}
-    assert all(info["title"].startswith("[Fuzzer][Eager/Compile Divergence]")
-               for info in ISSUES.values())
-    # states as read on GitHub, dated
-    assert {info["status"] for info in ISSUES.values()} == {"closed"}
-    assert ISSUES_STATE_AS_OF.split()[-1].isdigit()
-    assert "emulate_precision_casts = True" in ISSUES[163449]["what"]
-    assert "of the three" in ISSUES[163449]["what"] and "five" not in ISSUES[163449]["what"]
-
-
-def test_filter_drops_only_the_cuda_home_message():
-    silence_cuda_home_warning()
-    silence_cuda_home_warning()  # idempotent
-    log = logging.getLogger("torch.utils.cpp_extension")
-    assert len([f for f in log.filters if type(f).__name__ == "_DropNoCudaRuntime"]) == 1
-    rec = log.makeRecord(
-        log.name,
-        logging.WARNING,
-        __file__,
-        1,
-        "No CUDA runtime is found, using CUDA_HOME='%s'",
-        ("/x",),
-        None,
-    )
-    assert not log.filter(rec)
-    assert log.filter(
-        log.makeRecord(log.name, logging.WARNING, __file__, 1, "something else", (), None)
-    )
-
-
-def test_config_comment_is_read_from_the_installed_torch():
-    import inspect
-
-    import torch._inductor.config as cfg
-
-    text, line = emulate_precision_casts_comment()
-    lines = inspect.getsource(cfg).splitlines()
-    assert lines[line - 1].lstrip().startswith("#")
-    assert "downcast-upcast" in text and "#" not in text
-    saved, saved_line = inductor_config_comment("emulate_precision_casts_on_saved_tensors")
-    assert saved_line != line and "saved for backward" in saved
-    with pytest.raises(LookupError, match="no top-level setting nope"):
-        inductor_config_comment("nope")
-
-
-def test_welford_statements_dedup_and_filter():
-    code = ("    Welford<float> a = Welford<float>();\n    x = 1;\n"
-            "    Welford<float> a = Welford<float>();\n"
-            "    a = welford_combine(a, welford_vec_reduce_all(v));\n")
-    assert welford_statements([code, code]) == (
-        "Welford<float> a = Welford<float>();",
-        "a = welford_combine(a, welford_vec_reduce_all(v));")
-    assert welford_statements(["int x = 0;"]) == ()
+from explainers.precision.compile_rounding import welford_statements
 
 
 def test_steps_graph_is_the_issue_graph():
@@ -149,19 +85,6 @@ def test_t10_rest_max_is_the_largest_over_seeds():
         rests.append((a[3].var(dim=0).var() + torch.relu(a[4])).item())
     assert t10_rest_max(runs) == max(rests) and t10_rest_max(runs[:1]) == rests[0]
     assert 0 < t10_rest_max(runs) < 2  # var of var of U(0, 1) draws, plus relu of one U(0, 1)
-
-
-@pytest.mark.slow
-def test_per_op_rounding():
-    import torch._inductor.config as cfg
-
-    before = cfg.emulate_precision_casts
-    r = measure_per_op_rounding(size=256)
-    assert cfg.emulate_precision_casts == before
-    assert r.eager_is_two_roundings and r.addcmul_is_one_rounding
-    assert r.compiled_is_one_rounding and r.emulated_is_eager
-    assert r.elements_differ > 0 and r.eager_closer == 0
-    assert len(r.kernel_body_emulated) > len(r.kernel_body)
 
 
 @pytest.mark.slow

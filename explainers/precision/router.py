@@ -1,24 +1,15 @@
-"""Two ways to compute MoE top-k router weights, and how they differ in floating point.
+"""Compare the two top-k routers of :mod:`.topk_router` in floating point: errors, roundings, ties, k = 1.
 
-``topk_softmax`` picks the k largest logits and takes a softmax over those k
-values (the order of Mistral's reference MoE).  ``full_softmax_then_renorm``
-takes the softmax over all experts, picks the k largest probabilities and
-divides by their sum (the order of HF Transformers' Mixtral).  In exact
-arithmetic they are the same function: softmax is strictly monotone, so the
-same experts are picked, and in ``p_i / sum_S p_j`` the partition function
-cancels.  In floating point what matters is where the casts sit: run on
-bf16 logits, ``full_softmax_then_renorm`` rounds the probabilities, their sum
-and the quotient; with ``softmax_dtype=torch.float32`` (HF's
-``F.softmax(..., dtype=torch.float)`` and one cast at the end) it rounds once.
+:mod:`explainers.precision.topk_router` holds the two formulas (A:
+``topk_softmax``; B: ``full_softmax_then_renorm``); here they run in low
+precision against an fp64 reference (:func:`compare_routers`), are rebuilt
+rounding by rounding (:func:`router_roundings`), and their k = 1 gradients
+compared (:func:`k1_router_gradients`).
 
 >>> import torch
->>> logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]], dtype=torch.float64)
->>> idx_a, w_a = topk_softmax(logits, 2)
->>> idx_b, w_b = full_softmax_then_renorm(logits, 2)
->>> idx_a.tolist(), idx_b.tolist()
-([[1, 2]], [[1, 2]])
->>> torch.allclose(w_a, w_b)
-True
+>>> idx, w = topk_softmax(torch.tensor([[1.0, 3.0, 2.0, 0.0]]), 2)
+>>> dense_weights(idx, w, 4)[0, 0].item(), idx.tolist()   # expert 0 not chosen: weight 0
+(0.0, [[1, 2]])
 """
 
 from __future__ import annotations
@@ -29,8 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from explainers.checks import is_int
 from explainers.page.tables import md_table
+from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
 __all__ = [
     "topk_softmax",
@@ -46,92 +37,6 @@ __all__ = [
     "router_table",
     "topk_tie_note",
 ]
-
-
-def _check_router_args(logits: torch.Tensor, k: int) -> None:
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    if not logits.is_floating_point():
-        raise TypeError(
-            f"logits must be a floating-point tensor, got {logits.dtype}; "
-            "softmax over integer logits is undefined, cast first (e.g. logits.float())"
-        )
-    if logits.dim() < 1:
-        raise ValueError("logits must have at least one dim (the experts dim, last)")
-    if not is_int(k):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    n_experts = logits.shape[-1]
-    if k <= 0:
-        raise ValueError(f"k must be >= 1 (experts chosen per token), got k={k}")
-    if k > n_experts:
-        raise ValueError(
-            f"k={k} is larger than the number of experts ({n_experts}, the last dim of logits)"
-        )
-
-
-def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of the logits, then a softmax over the k chosen values.
-
-    Returns ``(indices, weights)``, both of shape ``(..., k)``; the weights are
-    in ``logits.dtype``.
-
-    >>> import torch
-    >>> idx, w = topk_softmax(torch.tensor([0.0, 2.0, 1.0]), 1)
-    >>> idx.tolist(), w.tolist()
-    ([1], [1.0])
-    >>> topk_softmax(torch.tensor([1, 2, 3]), 1)
-    Traceback (most recent call last):
-    ...
-    TypeError: logits must be a floating-point tensor, got torch.int64; softmax over integer logits is undefined, cast first (e.g. logits.float())
-    """
-    _check_router_args(logits, k)
-    vals, idx = torch.topk(logits, k, dim=-1)
-    return idx, F.softmax(vals, dim=-1)
-
-
-def full_softmax_then_renorm(
-    logits: torch.Tensor, k: int, *, softmax_dtype: torch.dtype | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over all experts, top-k of the probabilities, divide by their sum.
-
-    Returns ``(indices, weights)`` like :func:`topk_softmax`.  With
-    ``softmax_dtype`` the softmax, top-k and division run in that dtype and
-    the weights are cast to ``logits.dtype`` once, at the end (how HF
-    Transformers' Mixtral routes, with ``softmax_dtype=torch.float32``);
-    without it every step runs in ``logits.dtype``.
-
-    >>> import torch
-    >>> bf = torch.tensor([0.0, 2.0, 1.0], dtype=torch.bfloat16)
-    >>> full_softmax_then_renorm(bf, 2, softmax_dtype=torch.float32)[1].dtype
-    torch.bfloat16
-    >>> full_softmax_then_renorm(bf, 2, softmax_dtype=torch.int32)
-    Traceback (most recent call last):
-    ...
-    TypeError: softmax_dtype must be a floating-point dtype, got torch.int32
-
-    >>> import torch
-    >>> idx, w = full_softmax_then_renorm(torch.tensor([0.0, 2.0, 1.0]), 2)
-    >>> idx.tolist(), round(w.sum().item(), 6)
-    ([1, 2], 1.0)
-    >>> full_softmax_then_renorm(torch.zeros(4), 5)
-    Traceback (most recent call last):
-    ...
-    ValueError: k=5 is larger than the number of experts (4, the last dim of logits)
-    >>> full_softmax_then_renorm(torch.zeros(4), 0)
-    Traceback (most recent call last):
-    ...
-    ValueError: k must be >= 1 (experts chosen per token), got k=0
-    """
-    _check_router_args(logits, k)
-    if softmax_dtype is None:
-        probs = F.softmax(logits, dim=-1)
-        w, idx = torch.topk(probs, k, dim=-1)
-        return idx, w / w.sum(dim=-1, keepdim=True)
-    if not isinstance(softmax_dtype, torch.dtype) or not softmax_dtype.is_floating_point:
-        raise TypeError(f"softmax_dtype must be a floating-point dtype, got {softmax_dtype}")
-    probs = F.softmax(logits, dim=-1, dtype=softmax_dtype)
-    w, idx = torch.topk(probs, k, dim=-1)
-    return idx, (w / w.sum(dim=-1, keepdim=True)).to(logits.dtype)
 
 
 def dense_weights(idx: torch.Tensor, w: torch.Tensor, n_experts: int) -> torch.Tensor:

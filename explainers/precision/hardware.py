@@ -1,0 +1,180 @@
+"""Rule 1, defer to the hardware: what this CPU offers, and which oneDNN kernel each matmul ran.
+
+>>> sorted(cpu_features())
+['amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "cpu_features",
+    "library_message",
+    "fresh_python",
+    "OneDNNCall",
+    "ONEDNN_PROBES",
+    "onednn_calls",
+]
+
+
+def cpu_features() -> dict[str, object]:
+    """What this CPU offers to the low-precision paths, as torch sees it.
+
+    ``avx512_bf16``/``amx_tile`` come from ``torch.cpu`` (cpuinfo); the two
+    ``onednn_*_gate`` values are ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
+    and its fp16 twin, the checks PyTorch makes before it sends bf16 (fp16)
+    work to oneDNN.
+
+    >>> sorted(cpu_features())
+    ['amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+    """
+    ops = torch.ops.mkldnn
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
+        "onednn_bf16_gate": bool(ops._is_mkldnn_bf16_supported()),
+        "onednn_fp16_gate": bool(ops._is_mkldnn_fp16_supported()),
+    }
+
+
+def library_message(fragment: str, library: str = "libtorch_cpu.so") -> str:
+    """The NUL-terminated string in the installed torch library that contains ``fragment``.
+
+    For error messages that name a condition, e.g. what oneDNN's bf16 matmul
+    path requires of the CPU.  The library is searched, not loaded.
+
+    >>> library_message("mkldnn_matmul bf16 path needs").startswith("mkldnn_matmul: ")
+    True
+    >>> library_message("no such message, surely")
+    Traceback (most recent call last):
+    ...
+    LookupError: 'no such message, surely' occurs in no string of libtorch_cpu.so
+    """
+    import mmap
+
+    path = Path(torch.__file__).parent / "lib" / library
+    if not path.is_file():
+        raise FileNotFoundError(f"{library} is not in the installed torch ({path.parent})")
+    needle = fragment.encode()
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = data.find(needle)
+        if at < 0:
+            raise LookupError(f"{fragment!r} occurs in no string of {library}")
+        start = data.rfind(b"\0", 0, at) + 1
+        end = data.find(b"\0", at)
+        return data[start:end].decode("utf-8", "replace")
+
+
+def fresh_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    """Run ``code`` in a new process of this Python; return its stdout.
+
+    For global state that a running process cannot get back (a fresh
+    fp32_precision tree) or that is read at start-up (``ONEDNN_VERBOSE``).
+    ``env`` adds to this process's environment.  A failing run raises with
+    the end of its stderr.
+
+    >>> fresh_python("print(6 * 7)").strip()
+    '42'
+    >>> fresh_python("raise SystemExit('no')")
+    Traceback (most recent call last):
+    ...
+    RuntimeError: the child Python failed (exit 1):
+    no
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, env=dict(os.environ, **(env or {})),
+        timeout=timeout, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the child Python failed (exit {proc.returncode}):\n{proc.stderr[-2000:].strip()}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class OneDNNCall:
+    """One oneDNN primitive execution, from ``ONEDNN_VERBOSE``: its kind, implementation, attributes."""
+
+    kind: str
+    impl: str
+    data_types: str
+    attrs: str
+
+    @property
+    def fpmath(self) -> str | None:
+        """The ``attr-fpmath`` mode, e.g. ``"bf16"``, or ``None`` when strict (not printed).
+
+        >>> OneDNNCall("matmul", "x", "f32", "attr-scratchpad:user attr-fpmath:bf16").fpmath
+        'bf16'
+        """
+        for attr in self.attrs.split():
+            if attr.startswith("attr-fpmath:"):
+                return attr.split(":", 1)[1].split(":")[0]
+        return None
+
+
+#: Matmuls to run under ``ONEDNN_VERBOSE=1``; each is a statement over fp32 ``a`` (256x1024)
+#: and ``b`` (1024x256).
+ONEDNN_PROBES: dict[str, str] = {
+    "fp32 `a @ b`": "a @ b",
+    "fp32 `a @ b`, `mkldnn.matmul.fp32_precision = 'bf16'`": (
+        "torch.backends.mkldnn.matmul.fp32_precision = 'bf16'; a @ b; "
+        "torch.backends.mkldnn.matmul.fp32_precision = 'none'"
+    ),
+    "bf16 `a @ b`": "a.bfloat16() @ b.bfloat16()",
+    "bf16 `addmm(bias, a, b)`": "torch.addmm(a[0, :256].bfloat16(), a.bfloat16(), b.bfloat16())",
+    "fp16 `a @ b`": "a.half() @ b.half()",
+}
+
+_MARK = "### probe "
+
+
+def _parse_verbose(line: str) -> OneDNNCall | None:
+    # onednn_verbose,v1,primitive,exec,cpu,<kind>,<impl>,<prop>,<mds>,<attrs>,<aux>,<problem>,<time>
+    fields = line.split(",")
+    if len(fields) < 13 or fields[2:4] != ["primitive", "exec"]:
+        return None
+    dtypes = " ".join(md.split(":")[0] + ":" + md.split(":")[1] for md in fields[8].split() if ":" in md)
+    return OneDNNCall(kind=fields[5], impl=fields[6], data_types=dtypes, attrs=fields[9])
+
+
+def onednn_calls(probes: dict[str, str] | None = None, timeout: float = 300) -> dict[str, list[OneDNNCall]]:
+    """The oneDNN primitives each probe executes, from a fresh Python run with ``ONEDNN_VERBOSE=1``.
+
+    oneDNN reads ``ONEDNN_VERBOSE`` when it starts, so the probes run in a
+    child process; its log lines are parsed into :class:`OneDNNCall` (the
+    execution times they carry are dropped).  A probe that does not reach
+    oneDNN gets an empty list.
+
+    >>> calls = onednn_calls({"fp32": "a @ b"})
+    >>> list(calls), calls["fp32"]
+    (['fp32'], [])
+    """
+    probes = ONEDNN_PROBES if probes is None else probes
+    lines = [
+        "import torch",
+        "g = torch.Generator().manual_seed(0)",
+        "a = torch.randn(256, 1024, generator=g); b = torch.randn(1024, 256, generator=g)",
+    ]
+    for i, stmt in enumerate(probes.values()):
+        lines += [f"print({_MARK + str(i)!r}, flush=True)", stmt, "import sys; sys.stdout.flush()"]
+    stdout = fresh_python("\n".join(lines), env={"ONEDNN_VERBOSE": "1"}, timeout=timeout)
+    names = list(probes)
+    calls: dict[str, list[OneDNNCall]] = {name: [] for name in names}
+    current = None
+    for line in stdout.splitlines():
+        if line.startswith(_MARK):
+            current = names[int(line[len(_MARK):])]
+        elif current is not None and line.startswith("onednn_verbose"):
+            call = _parse_verbose(line)
+            if call is not None:
+                calls[current].append(call)
+    return calls

@@ -1,0 +1,89 @@
+"""Tests of explainers.precision.accumulation: running sums, ulps, the accumulator probe."""
+
+
+import pytest
+import torch
+
+from explainers.precision.accumulation import (
+    accumulator_table,
+    bf16_sum_thread_partials,
+    cancellation_data,
+    emulated_dot_error,
+    header_acc_types,
+    probe_accumulator,
+    running_sum,
+    ulp,
+)
+
+
+def test_running_sum_stalls_and_fp32_does_not():
+    assert running_sum(torch.float32, 0.5, 8) == 4.0
+
+
+@pytest.mark.parametrize("bad", [torch.int32, torch.bool, "float32"])
+def test_running_sum_rejects_non_float(bad):
+    with pytest.raises((TypeError, ValueError), match="dtype"):
+        running_sum(bad, 0.1, 3)
+
+
+def test_running_sum_rejects_negative_steps():
+    with pytest.raises(ValueError, match="steps"):
+        running_sum(torch.float32, 0.1, -1)
+
+
+def test_ulp():
+    assert ulp(1.0, torch.float32) == 2.0**-23
+    assert ulp(-3.0, torch.bfloat16) == 2.0**-6
+
+
+def test_cancellation_data_sums_small():
+    x = cancellation_data(torch.float64, 1000, 1024.0)
+    assert x[:500].min() >= 1024 and x[500:].max() < -1023
+    assert 0 < x.sum().item() < 1000
+
+
+def test_probe_distinguishes_accumulators():
+    # cumsum on CPU accumulates fp32 in double; sum in fp32.
+    assert probe_accumulator("cumsum[-1]", torch.float32).verdict == "wider"
+    assert probe_accumulator("sum", torch.float32).verdict == "same"
+    assert probe_accumulator("sum", torch.float16).verdict == "wider"
+
+
+def test_probe_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown op"):
+        probe_accumulator("median", torch.float32)
+    with pytest.raises(ValueError, match="nothing wider"):
+        probe_accumulator("sum", torch.float64)
+
+
+def test_accumulator_table_rows():
+    rows = accumulator_table(["sum", "cumsum[-1]"], [torch.float32])
+    assert [(r["op"], r["agrees"]) for r in rows] == [("sum", False), ("cumsum[-1]", True)]
+
+
+def test_emulated_dot_error():
+    e = emulated_dot_error(k=512, size=4)
+    assert e["bf16_accumulator"] > 10 * e["fp32_accumulator"]
+    assert e["fp32_accumulator"] < e["exact, rounded to bf16"] <= e["fp32_accumulator, rounded to bf16"] + 1e-9
+    with pytest.raises(ValueError, match="k and size"):
+        emulated_dot_error(k=0)
+
+
+def test_bf16_sum_rounds_per_thread_partials():
+    import torch as _t
+
+    before = _t.get_num_threads()
+    r2 = bf16_sum_thread_partials(2, trials=20)
+    assert _t.get_num_threads() == before
+    assert r2["partials_rounded"] == 20 > r2["rounded_once"]
+    assert bf16_sum_thread_partials(1, trials=5)["rounded_once"] == 5
+    with pytest.raises(ValueError, match="thread count"):
+        bf16_sum_thread_partials(0)
+
+
+def test_header_acc_types_reads_the_table_not_the_comment():
+    cpu, cuda = header_acc_types("CPU"), header_acc_types("CUDA")
+    assert cpu[torch.bfloat16] == cpu[torch.float16] == torch.float32
+    assert cpu[torch.float32] == torch.float64 and cuda[torch.float32] == torch.float32
+    with pytest.raises(ValueError, match="device"):
+        header_acc_types("cpu")
