@@ -28,29 +28,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Pasted", "check_pasted", "imports_of", "needs", "parse_shown", "run_pasted", "snippet_file"]
+__all__ = ["Pasted", "check_pasted", "imports_of", "needs", "parse_shown", "run_pasted"]
 
 #: The package a pasted snippet must not import: a reader does not have it.
 PACKAGE = "explainers"
 #: What a Python snippet may need besides the standard library.
 ALLOWED = ("numpy", "torch")
 _RUNNERS = {".py": "python", ".sh": "bash"}
-
-
-def snippet_file(relpath: str) -> Path:
-    """A file of the installed ``explainers`` package, e.g. ``"render.py"``.
-
-    >>> snippet_file("statusline/statusline.sh").name
-    'statusline.sh'
-    >>> snippet_file("no/such.py")
-    Traceback (most recent call last):
-    ...
-    FileNotFoundError: explainers has no file no/such.py
-    """
-    path = Path(__file__).resolve().parent / relpath
-    if not path.is_file():
-        raise FileNotFoundError(f"{PACKAGE} has no file {relpath}")
-    return path
 
 
 def imports_of(text: str) -> set[str]:

@@ -16,13 +16,13 @@ every build of the same page.
 
 from __future__ import annotations
 
-import ast
 import html
 import re
-import sys
 from pathlib import Path
 
 import nbformat
+
+from explainers.pasted import needs
 
 # What `pip install .` brings (the project and its dependencies), and what the cells
 # may import beyond it, from the project's `docs` extra.
@@ -30,21 +30,16 @@ PROJECT = {"explainers", "torch", "numpy"}
 
 
 def cell_imports(nb) -> set[str]:
-    """Top-level modules the notebook's code cells import (cells that are not Python skipped)."""
+    """What the notebook's code cells import beyond the standard library (cells that are not
+    Python skipped)."""
     found: set[str] = set()
     for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                found.add(node.module.split(".")[0])
-    return found - set(sys.stdlib_module_names)
+        if cell.cell_type == "code":
+            try:
+                found |= set(needs(cell.source))
+            except SyntaxError:
+                continue
+    return found
 
 
 def how_to_run(nb, title: str) -> str:
