@@ -32,6 +32,7 @@ extensions = [
     "strict_exec",  # a failed cell fails the build, after every failing page is listed
     "release_records",  # the Versions page is re-read every build: it reports the other releases
     "exact_streams",  # printed output shown as written, not as the kernel's flushes happened to cut it
+    "notebook_downloads",  # each executed page's notebook, to download, with how to run it first
 ]
 
 exclude_patterns = [
@@ -83,12 +84,20 @@ html_css_files = ["explainers.css"]
 html_last_updated_fmt = None
 html_theme_options = {
     "show_toc_level": 2,
-    "use_download_button": False,
+    # The executed notebook (docs/_ext/notebook_downloads.py) and the MyST source.
+    "use_download_button": True,
     "use_fullscreen_button": False,
     "home_page_in_toc": True,
+    # No right-hand column: drawings and outputs get its width; the page's contents
+    # are listed in the left column, under the site's navigation.
+    "secondary_sidebar_items": [],
 }
-html_copy_source = False
-html_show_sourcelink = False
+html_sidebars = {
+    "**": ["navbar-logo.html", "icon-links.html", "search-button-field.html",
+           "sbt-sidebar-nav.html", "page-toc.html"],
+}
+html_copy_source = True
+html_show_sourcelink = True
 
 # Copy exactly the code: no prompts, no outputs, no line numbers.
 copybutton_selector = "div:not(.output) > div.highlight pre"

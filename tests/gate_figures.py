@@ -60,13 +60,18 @@ def summary(rows: list[dict]) -> list[str]:
         wide = [r["name"] for r in by["mobile"] if r["overflow"] > 0]
         lines.append(f"375 px viewport:          {len(by['mobile']) - len(wide)} of {len(by['mobile'])} pages "
                      f"without sideways scrolling; {sum(r['boxes'] for r in by['mobile'])} wide blocks scroll in their box")
+    if "desktop" in by:
+        wide = [r["name"] for r in by["desktop"] if r["boxes"]]
+        lines.append(f"1400 px viewport:         {len(by['desktop']) - len(wide)} of {len(by['desktop'])} pages "
+                     "without an output block that scrolls sideways"
+                     + (f" (scrolling: {', '.join(wide)})" if wide else ""))
     if "copy" in by:
         lines.append(f"copy buttons:             {len(by['copy'])} pages: "
                      + "; ".join(f"{r['name']} {r['result']}" for r in by["copy"]))
     if "search" in by:
         lines.append(f"search (offline):         {len(by['search'])} pages found: "
                      + ", ".join(f"{r['name']} by {r['term']!r}" for r in by["search"]))
-    for group in ("links", "determinism", "offline", "deps"):
+    for group in ("links", "paths", "snippets", "notebook", "determinism", "offline", "deps"):
         for r in by.get(group, []):
             lines.append(f"{group + ':':26}{r['result']}")
     return lines

@@ -8,7 +8,8 @@ is blocked and counted.
 For every page, in the light and the dark theme: no console errors, no
 requests off the local server, and no serious or critical axe-core
 violations.  Then: each copy button copies exactly the source lines, search
-finds each page offline, and a 375 px wide viewport never scrolls sideways.
+finds each page offline, a 375 px wide viewport never scrolls sideways, and at
+1400 x 1000 no output block of the render and mesh pages scrolls sideways.
 """
 
 from __future__ import annotations
@@ -263,5 +264,25 @@ def test_narrow_viewport_does_not_scroll_sideways(browser, base_url, page):
         assert widths["page"] <= widths["view"], f"{page}: {widths['page']} px wide in a {widths['view']} px view"
         # Whatever is wider than its box scrolls inside it.
         assert set(widths["boxes"]) <= {"auto", "scroll"}, widths["boxes"]
+    finally:
+        visit.close()
+
+
+# The explainer pages whose drawings must fit a desktop screen whole.
+DESKTOP_PAGES = ("render.html", "mesh.html")
+
+
+@pytest.mark.parametrize("page", [p for p in DESKTOP_PAGES if p in site_pages()])
+def test_desktop_viewport_shows_every_output_whole(browser, base_url, page):
+    # At 1400 x 1000 no output block scrolls sideways: a drawing or a printed line is read
+    # whole, without scrolling its box (at 375 px they still scroll in their box).
+    visit = Visit(browser, base_url, viewport={"width": 1400, "height": 1000})
+    try:
+        p = visit.open(page)
+        wide = p.evaluate("""() => [...document.querySelectorAll('div.cell_output pre')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1)
+            .map(e => `${e.scrollWidth} px in ${e.clientWidth} px: ${e.innerText.split('\\n')[0].slice(0, 60)}`)""")
+        record("desktop", page, boxes=len(wide))
+        assert wide == [], f"{page}: output blocks that scroll sideways at 1400 px: {wide}"
     finally:
         visit.close()

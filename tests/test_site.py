@@ -137,3 +137,78 @@ def test_internal_links_and_anchors_resolve(site):
                 broken.append((page.name, href))
     record("links", "internal", result=f"{checked} internal links and anchors checked, {len(broken)} dead")
     assert broken == []
+
+
+def downloads(site: Path) -> list[Path]:
+    """The notebooks and MyST sources the pages offer for download."""
+    return sorted((site / "_sources").rglob("*.ipynb")) + sorted((site / "_sources").rglob("*.md"))
+
+
+def test_no_page_contains_the_folder_it_was_built_in(site):
+    # A path of the build machine would change the published page with the checkout's folder.
+    folder = str(ROOT)
+    offenders = [p.relative_to(site).as_posix() for p in [*html_pages(site), *downloads(site)]
+                 if folder in p.read_text(encoding="utf-8", errors="replace")]
+    record("paths", "build-folder", result=f"{len(html_pages(site))} pages and {len(downloads(site))} "
+           f"downloads checked, {len(offenders)} name the build folder")
+    assert offenders == [], f"these name the build folder {folder}: {offenders}"
+
+
+@pytest.mark.parametrize("page", executed_pages())
+def test_executed_page_offers_its_notebook_and_its_source(site, page):
+    import nbformat
+
+    html = (site / f"{page}.html").read_text(encoding="utf-8")
+    hrefs = set(parse(site / f"{page}.html").hrefs)
+    assert f"_sources/{page}.ipynb" in hrefs and "download-notebook-button" in html, (
+        f"{page}: the download button offers no notebook")
+    assert f"_sources/{page}.md" in hrefs, f"{page}: no link to the page's MyST source"
+    source = (site / "_sources" / f"{page}.md").read_text(encoding="utf-8")
+    assert source == (DOCS / f"{page}.md").read_text(encoding="utf-8"), f"{page}: the source differs"
+    nb = nbformat.read(site / "_sources" / f"{page}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and "pip install ." in first.source, (
+        f"{page}: the notebook's first cell does not say how to install what it imports")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert any(c.outputs for c in code), f"{page}: the notebook has no outputs (not the executed one)"
+
+
+class Images(HTMLParser):
+    """Each <img>'s (src, alt); alt is None when the attribute is missing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            a = dict(attrs)
+            self.images.append((a.get("src", ""), a.get("alt")))
+
+
+def images_without_alt_text(html: str) -> list[str]:
+    """The src of every image whose alt text is missing, empty or only its file name.
+
+    (Sphinx writes an image's URI as its alt text when none is given.)
+    """
+    parser = Images()
+    parser.feed(html)
+    bad = []
+    for src, alt in parser.images:
+        text = (alt or "").strip()
+        if not text or text == src or Path(unquote(urlparse(src).path)).name in text:
+            bad.append(src)
+    return bad
+
+
+def test_the_alt_text_check_catches_missing_empty_and_file_name_alts():
+    html = ('<img src="a.svg"><img alt="" src="b.svg"><img alt="_images/c.svg" src="_images/c.svg">'
+            '<img alt="Error of each all-reduce order against fp64" src="_images/d.svg">')
+    assert images_without_alt_text(html) == ["a.svg", "b.svg", "_images/c.svg"]
+
+
+def test_every_image_says_what_it_shows(site):
+    offenders = {p.name: bad for p in html_pages(site)
+                 if (bad := images_without_alt_text(p.read_text(encoding="utf-8")))}
+    assert offenders == {}, f"images without alt text (add :alt: to the glue:figure): {offenders}"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explainers.statusline import SCRIPT, TABLE_COPY, jq_manual_url, run_statusline
+from explainers.statusline.runner import SCRIPT, TABLE_COPY, jq_manual_url, run_statusline
 
 pytestmark = pytest.mark.slow  # every case starts bash and jq
 
@@ -193,7 +193,7 @@ def test_echo_would_take_an_input_of_dash_n_as_its_option():
 
 def test_the_script_is_the_file_the_page_shows():
     page = (SCRIPT.parents[2] / "docs" / "snippets.md").read_text(encoding="utf-8")
-    assert "../explainers/snippets/statusline.sh" in page
+    assert "../explainers/statusline/statusline.sh" in page
     assert "\\|" not in SCRIPT.read_text(encoding="utf-8")
 
 

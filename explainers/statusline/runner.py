@@ -1,4 +1,4 @@
-"""Run the status-line snippet (``explainers/snippets/statusline.sh``) the way a reader would.
+"""Run the status-line script (``explainers/statusline/statusline.sh``) the way Claude Code would.
 
 The snippet page shows that exact file, and ``tests/test_statusline.py`` and
 the page's own cells run it through :func:`run_statusline`: bash, jq, the JSON
@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["SCRIPT", "TABLE_COPY", "jq_manual_url", "run_statusline"]
 
-SCRIPT = Path(__file__).resolve().parent / "snippets" / "statusline.sh"
+SCRIPT = Path(__file__).resolve().parent / "statusline.sh"
 
 # A version of the script as copied, verbatim, from a markdown table.  Inside a
 # table cell a pipe is written `\|` (GFM spec, tables extension); pasted into
