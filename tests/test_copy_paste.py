@@ -7,7 +7,7 @@ with the command the page shows under the block, by a Python that cannot
 import this checkout (`python -I`) or by bash; it must exit 0, write nothing
 to stderr and print what the page shows.  A Python block must also import
 nothing of this project and nothing beyond the standard library, torch and
-numpy (`explainers.pasted.check_pasted`).
+numpy (`explainers.page.pasted.check_pasted`).
 
 The other tests check that the check fails where it must.
 """
@@ -18,7 +18,7 @@ import pytest
 from gate_figures import record
 from test_browser import Visit, base_url, browser  # noqa: F401 (the browser gate's fixtures)
 
-from explainers.pasted import check_pasted
+from explainers.page.pasted import check_pasted
 
 PAGE = "snippets.html"
 RESULT = "div.cell.tag_snippet-result"

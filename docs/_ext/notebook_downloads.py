@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from explainers.pasted import needs
+from explainers.page.pasted import needs
 
 # What `pip install .` brings (the project and its dependencies), and what the cells
 # may import beyond it, from the project's `docs` extra.

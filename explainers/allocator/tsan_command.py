@@ -5,7 +5,7 @@ A whole program: it needs Python's standard library and an installed torch
 ``lib/``), nothing else.  The command names the torch folder as ``$TORCH``,
 never as a path, so the same line works on any machine once ``TORCH`` is set::
 
-    python tsan_command.py race.cpp         # prints "export TORCH=..." and the g++ line
+    python tsan_command.py race.cpp         # prints the line that sets TORCH, and the g++ line
     python tsan_command.py race.cpp --run   # compiles race.cpp into ./race
 
 >>> print(compile_command("race.cpp"))
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["FLAGS", "compile_command", "torch_folder", "main"]
+__all__ = ["FLAGS", "SET_TORCH", "compile_command", "torch_folder", "main"]
 
 #: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
 #: -g1 (line tables, no variable info) is all TSAN's symbolizer needs and
@@ -28,6 +28,10 @@ __all__ = ["FLAGS", "compile_command", "torch_folder", "main"]
 #: g++ 12's note about hardware_destructive_interference_size, which torch's
 #: CachingHostAllocator.h uses.
 FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
+
+
+#: A shell line that sets ``TORCH`` to the folder of the torch that ``python`` imports.
+SET_TORCH = 'export TORCH="$(python -c \'import os, torch; print(os.path.dirname(torch.__file__))\')"'
 
 
 def torch_folder() -> Path:
@@ -76,7 +80,9 @@ def main(argv: list[str]) -> int:
         return 2
     command = compile_command(files[0])
     if not run:
-        print(f"export TORCH={torch_folder()}\n{command}")
+        # The folder is found by the shell that runs the command, not printed from this
+        # machine: the two lines are the same wherever torch is installed.
+        print(f"{SET_TORCH}\n{command}")
         return 0
     env = dict(os.environ, TORCH=str(torch_folder()))
     return subprocess.run(["bash", "-e", "-c", command], env=env).returncode
