@@ -16,6 +16,7 @@ from torch.distributed import ReduceOp
 
 from explainers.precision.fsdp_data import dtype_name, op_name, parse_dtype
 from explainers.precision.fsdp_decision import (
+    cleared_grad_dtype_outcomes,
     gradient_divide_factors,
     leaf_grad_dtype,
     reduce_dtype_source,
@@ -266,6 +267,16 @@ def test_leaf_grad_dtype():
         leaf_grad_dtype(torch.bfloat16, torch.int64)
 
 
+def test_cleared_grad_dtype_keeps_an_existing_wider_gradient():
+    out = cleared_grad_dtype_outcomes(torch.float16, torch.float64)
+    assert out == {"first": torch.float64, "accumulated": torch.float64, "in_place": True,
+                   "fresh": torch.float16}
+    with pytest.raises(ValueError, match="wide_dtype must be a floating-point"):
+        cleared_grad_dtype_outcomes(torch.bfloat16, torch.int32)
+    with pytest.raises(TypeError, match="param_dtype must be a torch.dtype"):
+        cleared_grad_dtype_outcomes(None, torch.float32)
+
+
 def test_helpers():
     assert dtype_name(torch.bfloat16) == BF16 and dtype_name(None) is None
     assert parse_dtype(BF16) is torch.bfloat16 and parse_dtype("float32") is torch.float32
@@ -340,6 +351,14 @@ def test_bf16_fp32_use_avg_except_one_rank_and_forced_sum():
     assert gradient_divide_factors(torch.bfloat16, 4, device_type="mtia") == forced
 
 
+def test_custom_divide_factor():
+    # a factor equal to the reduce-scatter group's size still gives AVG; another one PREMUL_SUM
+    assert gradient_divide_factors(torch.float32, 4, factor=4.0)["reduce_scatter"] == "AVG"
+    assert gradient_divide_factors(torch.float32, 4, factor=8.0)["reduce_scatter"] == "PREMUL_SUM(0.125)"
+    f = gradient_divide_factors(torch.float16, 4, factor=8.0)
+    assert f["reduce_scatter"] == "SUM" and f["pre"] * f["post"] == 8
+
+
 def test_gradient_divide_factors_bad_input():
     with pytest.raises(ValueError, match="floating"):
         gradient_divide_factors(torch.int64, 2)
@@ -347,3 +366,5 @@ def test_gradient_divide_factors_bad_input():
         gradient_divide_factors(torch.float16, 0)
     with pytest.raises(TypeError, match="data_parallel_size"):
         gradient_divide_factors(torch.float16, True)
+    with pytest.raises(ValueError, match="factor must be a positive number"):
+        gradient_divide_factors(torch.float16, 2, factor=0)

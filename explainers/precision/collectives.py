@@ -2,7 +2,7 @@
 
 Runs a real ``torch.distributed.all_reduce`` in a simulated world
 (:func:`explainers.mesh.simulated.simulated_world`, PyTorch's ``"fake"`` process group
-plus ``LocalTensorMode``).  In torch 2.14.1 ``LocalTensorMode`` reduces with
+plus ``LocalTensorMode``).  ``LocalTensorMode`` (torch 2.14.1 and 2.15.0) reduces with
 ``functools.reduce(operator.add, per_rank_tensors)``
 (``_local_reduce`` in ``torch/distributed/_local_tensor/_c10d.py``; checked
 bit for bit by :func:`allreduce_matches_fold`): a chain of ``world_size - 1``

@@ -50,7 +50,7 @@ ISSUES: dict[int, dict[str, str]] = {
         "title": "[Fuzzer][Eager/Compile Divergence] 8+% numerical difference between eager and compile",
         "status": "closed",
         "what": "CUDA, with `emulate_precision_casts = True` set. A bf16 `addmm` (5×1024 by "
-        "1024×4), its `norm()` (a bf16 scalar `t4`), then `pow(pow(t4, t7), t7 + t4 + relu(s))`, "
+        "1024×4), its `norm()` (a bf16 scalar `t4`), then `pow(pow(t4, t7), t7 + t4 + relu(arg4))`, "
         "where `t7 = var(var(x, dim=0))` comes from an independent fp32 input `x`. "
         "The only numerics report of the three.",
     },

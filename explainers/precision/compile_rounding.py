@@ -48,7 +48,7 @@ _FILTER = _DropNoCudaRuntime()
 def silence_cuda_home_warning() -> None:
     """Filter the one stderr line ``torch/utils/cpp_extension.py`` logs when Inductor builds C++.
 
-    A CUDA wheel (here torch 2.14.1+cu130) on a machine without a GPU logs
+    A CUDA wheel of torch on a machine without a GPU logs
     ``No CUDA runtime is found, using CUDA_HOME=...`` at warning level when
     Inductor's C++ build imports ``torch.utils.cpp_extension``.  Only that
     message is dropped; every other record of that logger still passes.
@@ -163,7 +163,7 @@ def _bf16_ulp(x: torch.Tensor) -> torch.Tensor:
 def _kernel_sources(codes: list[str]) -> dict[str, str]:
     """The C++ kernels in Inductor's generated wrapper modules, by name.
 
-    Works around a private detail (torch 2.14.1): a CPU kernel is emitted as
+    Works around a private detail (torch 2.14.1 and 2.15.0): a CPU kernel is emitted as
     ``name = async_compile.cpp_pybinding([...], r'''<C++>''')``.
     """
     found = {}
@@ -192,7 +192,7 @@ def measure_per_op_rounding(size: int = 4096, seed: int = 0) -> PerOpRounding:
 
     Compiles twice (after ``torch._dynamo.reset()``), keeping the generated
     code of each compile (``torch._inductor.utils.run_and_get_code``, a
-    private helper in torch 2.14.1), and restores ``emulate_precision_casts``
+    private helper in torch 2.14.1 and 2.15.0), and restores ``emulate_precision_casts``
     afterwards.
     """
     import torch._dynamo

@@ -2,7 +2,7 @@
 
 These need no processes: :func:`gradient_divide_factors` calls FSDP2's own
 private helper, :func:`reduce_dtype_source` reads the installed files, and
-:func:`leaf_grad_dtype` asks autograd.
+:func:`leaf_grad_dtype` and :func:`cleared_grad_dtype_outcomes` ask autograd.
 
 >>> import torch
 >>> gradient_divide_factors(torch.float32, 2)["reduce_scatter"]
@@ -22,6 +22,7 @@ __all__ = [
     "gradient_divide_factors",
     "reduce_dtype_source",
     "leaf_grad_dtype",
+    "cleared_grad_dtype_outcomes",
 ]
 
 
@@ -41,13 +42,14 @@ def gradient_divide_factors(
     *,
     force_sum_reduction_for_comms: bool = False,
     device_type: str = "",
+    factor: float | None = None,
 ) -> dict[str, Any]:
     """FSDP2's choice of ``ReduceOp`` and divisions for one gradient reduce-scatter.
 
     Calls the installed FSDP2's private ``_get_gradient_divide_factors``
     (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, torch 2.14.1 and 2.15.0)
     for a reduce-scatter group of ``data_parallel_size`` ranks, no HSDP
-    all-reduce group and no custom divide factor, and returns what it picks:
+    all-reduce group and the custom divide ``factor`` (``None``: none), and returns what it picks:
     the division before the collective (``"pre"``), after it (``"post"``) and
     the reduce-scatter's op.  ``foreach_reduce`` skips a division by ``None``
     or 1 (``_div_if_needed``).
@@ -57,6 +59,8 @@ def gradient_divide_factors(
     {'pre': 4, 'post': 4.0, 'reduce_scatter': 'SUM'}
     >>> gradient_divide_factors(torch.bfloat16, 16)
     {'pre': None, 'post': None, 'reduce_scatter': 'AVG'}
+    >>> gradient_divide_factors(torch.bfloat16, 16, factor=4.0)["reduce_scatter"]
+    'PREMUL_SUM(0.25)'
     >>> gradient_divide_factors(torch.int32, 2)
     Traceback (most recent call last):
     ...
@@ -69,9 +73,11 @@ def gradient_divide_factors(
         raise TypeError(f"data_parallel_size must be an int, got {type(data_parallel_size).__name__}")
     if data_parallel_size < 1:
         raise ValueError(f"data_parallel_size must be >= 1, got {data_parallel_size}")
+    if factor is not None and not (isinstance(factor, (int, float)) and factor > 0):
+        raise ValueError(f"factor must be a positive number or None, got {factor!r}")
     pre, post, rs_op, _ = _get_gradient_divide_factors(
         _SizedGroup(data_parallel_size), None, reduce_dtype, device_type,
-        None, force_sum_reduction_for_comms,
+        factor, force_sum_reduction_for_comms,
     )
     return {"pre": pre, "post": post, "reduce_scatter": op_name(rs_op)}
 
@@ -100,9 +106,10 @@ _REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], .
         # ... except where it is wider than the compute dtype (more bytes) ...
         (_FSDP2 + "_fsdp_param_group.py", "self._fsdp_params_with_wider_grad_dtype = [", 9,
          "def _init_mp_dtypes"),
-        # ... whose cast pre_backward defers to the copy-in, by clearing grad_dtype,
-        # in a backward that reduces or onto an existing gradient; with gradient
-        # sync off and no gradient yet, grad_dtype stays and autograd casts to it.
+        # ... whose cast pre_backward defers, by clearing grad_dtype, in a backward
+        # that reduces or onto an existing gradient (a new gradient is then cast at
+        # the copy-in; AccumulateGrad adds into an existing wider one in place); with
+        # gradient sync off and no gradient yet, grad_dtype stays and autograd casts to it.
         (_FSDP2 + "_fsdp_param_group.py", "self._set_unsharded_grad_dtypes(defer_upcast=True)", 1,
          "def pre_backward"),
         (_FSDP2 + "_fsdp_param_group.py", "def _set_unsharded_grad_dtypes", None, None),
@@ -150,8 +157,8 @@ def leaf_grad_dtype(param_dtype: torch.dtype, grad_dtype: torch.dtype) -> torch.
     ``param_dtype``; ``Tensor.grad_dtype`` asks autograd to store it in another
     dtype.  FSDP2 2.15.0 sets its unsharded parameters' ``grad_dtype`` to their
     ``unsharded_grad_dtype``, so their gradients arrive in that dtype when it is
-    not wider than the compute dtype; a wider one it clears in a backward that
-    reduces, leaving the cast to the reduce-scatter's copy-in.
+    not wider than the compute dtype; a wider one it may clear
+    (:func:`cleared_grad_dtype_outcomes`).
 
     >>> leaf_grad_dtype(torch.bfloat16, torch.float16)
     torch.float16
@@ -162,3 +169,44 @@ def leaf_grad_dtype(param_dtype: torch.dtype, grad_dtype: torch.dtype) -> torch.
     leaf.grad_dtype = grad_dtype
     (leaf * 2).sum().backward()
     return leaf.grad.dtype
+
+
+def cleared_grad_dtype_outcomes(param_dtype: torch.dtype, wide_dtype: torch.dtype) -> dict[str, Any]:
+    """What autograd stores once a wider ``grad_dtype`` is cleared, with and without a gradient already there.
+
+    FSDP2 2.15.0's ``_set_unsharded_grad_dtypes(defer_upcast=True)`` sets a
+    parameter's ``grad_dtype`` to ``None``.  This replays that on a
+    ``param_dtype`` leaf: a first backward with ``grad_dtype = wide_dtype``
+    (``"first"``: the dtype stored), a second one after ``grad_dtype = None``
+    (``"accumulated"``: the dtype then, and ``"in_place"``: whether
+    ``.grad`` is still the same tensor), and a fresh leaf's backward with
+    ``grad_dtype = None`` (``"fresh"``).
+
+    >>> out = cleared_grad_dtype_outcomes(torch.bfloat16, torch.float32)
+    >>> out["first"], out["accumulated"], out["in_place"], out["fresh"]
+    (torch.float32, torch.float32, True, torch.bfloat16)
+    >>> cleared_grad_dtype_outcomes(torch.bfloat16, None)
+    Traceback (most recent call last):
+    ...
+    TypeError: wide_dtype must be a torch.dtype, got None
+    """
+    for arg, dtype in (("param_dtype", param_dtype), ("wide_dtype", wide_dtype)):
+        if dtype is None:
+            raise TypeError(f"{arg} must be a torch.dtype, got None")
+        _check_dtype(arg, dtype)
+
+    def backward(leaf: torch.Tensor) -> None:
+        (leaf * 2).sum().backward()
+
+    leaf = torch.zeros(4, dtype=param_dtype, requires_grad=True)
+    leaf.grad_dtype = wide_dtype
+    backward(leaf)
+    first = leaf.grad
+    first_dtype = first.dtype
+    leaf.grad_dtype = None
+    backward(leaf)
+    fresh = torch.zeros(4, dtype=param_dtype, requires_grad=True)
+    fresh.grad_dtype = None
+    backward(fresh)
+    return {"first": first_dtype, "accumulated": leaf.grad.dtype, "in_place": leaf.grad is first,
+            "fresh": fresh.grad.dtype}
