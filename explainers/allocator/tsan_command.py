@@ -1,12 +1,14 @@
 """The g++ ThreadSanitizer command that compiles a C++ file against the installed torch.
 
-A whole program: it needs Python's standard library and an installed torch
-(whose wheel ships the C++ headers under ``include/`` and ``libc10`` under
-``lib/``), nothing else.  The command names the torch folder as ``$TORCH``,
-never as a path, so the same line works on any machine once ``TORCH`` is set::
+A whole program that needs only Python's standard library: it finds the torch
+package without importing it.  The command it prints needs an installed torch,
+whose wheel ships the C++ headers under ``include/`` and ``libc10`` under
+``lib/``.  The command names the torch folder as ``$TORCH``, never as a path, so
+the same line works on any machine once ``TORCH`` is set::
 
     python tsan_command.py race.cpp         # prints the line that sets TORCH, and the g++ line
-    python tsan_command.py race.cpp --run   # compiles race.cpp into ./race
+    python tsan_command.py race.cpp --run   # runs the g++ line, TORCH set to the torch
+                                            # this Python finds: race.cpp becomes ./race
 
 >>> print(compile_command("race.cpp"))
 g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" race.cpp -o race -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
@@ -20,18 +22,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["FLAGS", "SET_TORCH", "compile_command", "torch_folder", "main"]
+__all__ = ["FLAGS", "compile_command", "main", "set_torch", "torch_folder"]
 
 #: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
-#: -g1 (line tables, no variable info) is all TSAN's symbolizer needs and
-#: compiles about a quarter faster than -g; -Wno-interference-size silences
-#: g++ 12's note about hardware_destructive_interference_size, which torch's
-#: CachingHostAllocator.h uses.
+#: -g1 (line tables, no variable info) is all TSAN's symbolizer needs to name
+#: files and lines; -Wno-interference-size silences g++ 12's warning
+#: "use of 'std::hardware_destructive_interference_size' [-Winterference-size]",
+#: which torch's CachingHostAllocator.h gives at each of its alignas() of it.
 FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
 
 
-#: A shell line that sets ``TORCH`` to the folder of the torch that ``python`` imports.
-SET_TORCH = 'export TORCH="$(python -c \'import os, torch; print(os.path.dirname(torch.__file__))\')"'
+def set_torch(python: str | None = None) -> str:
+    """A shell line that sets ``TORCH`` to the folder of the torch that ``python`` imports.
+
+    ``python`` defaults to the name (never the path) of the interpreter running
+    this script, so whoever ran ``python3 tsan_command.py`` gets ``python3``.
+
+    >>> print(set_torch("python3"))
+    export TORCH="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+    >>> set_torch("my python")
+    Traceback (most recent call last):
+    ...
+    ValueError: set_torch: 'my python' must be a command name without spaces or quotes
+    """
+    python = python or Path(sys.executable).name or "python3"
+    if any(c.isspace() or c in "'\"$`\\/" for c in python):
+        raise ValueError(f"set_torch: {python!r} must be a command name without spaces or quotes")
+    return (f'export TORCH="$({python} -c '
+            "'import os, torch; print(os.path.dirname(torch.__file__))')\"")
 
 
 def torch_folder() -> Path:
@@ -72,7 +90,11 @@ def compile_command(
 
 
 def main(argv: list[str]) -> int:
-    """Print the command for ``argv[0]``, or with ``--run`` compile it in the current folder."""
+    """Print the commands for ``argv[0]``, or with ``--run`` compile it in the current folder.
+
+    >>> main(["race.c"])
+    2
+    """
     run = "--run" in argv
     files = [a for a in argv if a != "--run"]
     if len(files) != 1 or not files[0].endswith(".cpp"):
@@ -82,8 +104,9 @@ def main(argv: list[str]) -> int:
     if not run:
         # The folder is found by the shell that runs the command, not printed from this
         # machine: the two lines are the same wherever torch is installed.
-        print(f"{SET_TORCH}\n{command}")
+        print(f"{set_torch()}\n{command}")
         return 0
+    # --run does not use the export line: TORCH is the torch this interpreter finds.
     env = dict(os.environ, TORCH=str(torch_folder()))
     return subprocess.run(["bash", "-e", "-c", command], env=env).returncode
 

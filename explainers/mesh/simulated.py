@@ -30,8 +30,8 @@ __all__ = ["make_mesh", "simulated_mesh", "simulated_world"]
 
 
 def _is_int(x: object) -> bool:
-    # The same guard as explainers.checks.is_int, written here because this file must run on
-    # its own, with only torch installed: bool is an int subclass, and True is not a size.
+    # Written out here so that this file runs on its own, with only torch installed:
+    # bool is an int subclass, and True is not a size.
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -137,9 +137,10 @@ def _check_shape_names(shape: object, names: object) -> tuple[tuple[int, ...], t
 def make_mesh(shape: Sequence[int], names: Sequence[str], device_type: str = "cpu") -> Any:
     """``init_device_mesh(device_type, shape, mesh_dim_names=names)``, with checks.
 
-    Works in any initialized process group: a simulated one or a real one (the
-    ``torchrun`` entry point uses it too).  The product of ``shape`` must equal
-    the world size, and names must be unique, one per mesh dim.
+    Works in any initialized process group: a simulated one, or a real one
+    (``init_process_group`` in each process ``torchrun`` starts).  The product
+    of ``shape`` must equal the world size, and names must be unique, one per
+    mesh dim.
 
     >>> with simulated_world(4):
     ...     make_mesh((2, 2), ("dp", "tp")).mesh_dim_names
