@@ -44,10 +44,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ELLIPSIS", "arange_nd", "render"]
+__all__ = ["ELLIPSIS", "SCI_MODE_LIMITS", "arange_nd", "render"]
 
 #: The cell that stands for the elements a summary leaves out.
 ELLIPSIS = "..."
+
+#: When torch's printer picks sci mode by itself: over the nonzero finite values, the largest
+#: magnitude over this many times the smallest, or over the second number, or the smallest
+#: under the third (the literals of ``torch._tensor_str._Formatter`` in 2.14.1 and 2.15.0).
+SCI_MODE_LIMITS = (1000.0, 1.0e8, 1.0e-4)
 
 
 def arange_nd(*sizes: int | Sequence[int]):
@@ -152,8 +157,8 @@ def render(
     from torch import _tensor_str
 
     values = _as_array(tensor)
-    # torch 2.14.1 does not export get_printoptions: the current options live in the private
-    # torch._tensor_str, where print(tensor) reads them too, so render follows
+    # torch 2.14.1 and 2.15.0 do not export get_printoptions: the current options live in the
+    # private torch._tensor_str, where print(tensor) reads them too, so render follows
     # torch.set_printoptions(precision=, sci_mode=, threshold=, edgeitems=) as print does.
     opts = _tensor_str.get_printoptions()
     threshold = opts["threshold"] if threshold is None else threshold
@@ -231,10 +236,12 @@ def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     This restates the rule of ``torch._tensor_str._Formatter`` in torch 2.14.1 (a private
     class, so it is not imported): over the nonzero finite values, *int mode* holds when all
     of them are integral, and *sci mode* when the largest magnitude is over 1000 times the
-    smallest, over 1e8, or the smallest is under 1e-4 (unless ``opts["sci_mode"]`` is set).
+    smallest, over 1e8, or the smallest is under 1e-4 (:data:`SCI_MODE_LIMITS`; unless
+    ``opts["sci_mode"]`` is set).
     Sci mode, tested first, prints ``precision`` digits in ``e`` notation; int mode prints the
     integer and a ``.``; otherwise ``precision`` fixed decimals.
-    The tests compare the result with ``str(tensor)``, so a change in torch shows up there.
+    This is a copy of torch's rule, not a call of it: after a torch upgrade, compare
+    ``render(t)`` with ``print(t)`` for a few tensors to see whether the rule moved.
     """
     precision = opts["precision"]
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -245,7 +252,8 @@ def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
         magnitude = np.abs(nonzero_finite)
         hi, lo = float(magnitude.max()), float(magnitude.min())
         if opts["sci_mode"] is None:
-            sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+            ratio, most, least = SCI_MODE_LIMITS
+            sci_mode = hi / lo > ratio or hi > most or lo < least
         else:
             sci_mode = bool(opts["sci_mode"])
 

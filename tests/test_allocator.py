@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import stat
 import subprocess
@@ -225,21 +226,20 @@ def test_lock_order_from_installed_header(torch_install):
     assert svg.count('class="edge"') == len(order.edges)
     assert ("innermost (" in svg) == bool(order.innermost)
     assert svg == to_svg(order, {"profiling_mutex_": "#ffcc88"}), "graphviz lays the same graph out the same way"
+    found = to_svg(order, found=[("profiling_mutex_", "alloc_trace_lock")])
+    assert found.count('class="edge"') == len(order.edges) + 1
+    assert "<title>profiling_mutex_&#45;&gt;alloc_trace_lock</title>" in found
 
 
 # ---------------------------------------------------------------- header structure
 
 
-def test_mutexes_declared_by_the_installed_header(torch_install):
-    stats = {"2.14.1": ["timing_mutex_"], "2.15.0": ["timing_mutex_", "allocations_mutex_"]}[RELEASE]
-    assert declared_mutexes(torch_install.header.read_text()) == {
-        "HostBlock": ["mutex_"],
-        "FreeBlockList": ["mutex_"],
-        "PinnedReserveSegment": ["mutex_"],
-        "HostStatsStaged": stats,
-        "HostBlockPool": ["blocks_mutex_", "events_mutex_"],
-        "CachingHostAllocatorImpl": ["instance_mutex_", "profiling_mutex_", "external_registrations_mutex_"],
-    }
+def test_declared_mutexes_finds_every_mutex_member_of_the_installed_header(torch_install):
+    # The page owns which mutexes these are; here: none is missed or counted twice.
+    text = torch_install.header.read_text()
+    members = [ln for ln in text.splitlines() if re.search(r"std::(?:shared_|recursive_)?mutex \w+;", ln)]
+    found = declared_mutexes(text)
+    assert sum(len(names) for names in found.values()) == len(members) >= 8
 
 
 def test_context_accesses_in_the_installed_header(torch_install):

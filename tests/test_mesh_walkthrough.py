@@ -1,5 +1,6 @@
 """The walkthrough, per-rank views, uneven from_local and their rendering (simulated)."""
 
+import ast
 import json
 import logging
 
@@ -13,7 +14,7 @@ from explainers.mesh.draw import PAD, rank_listing, render_step, stacked_locals
 from explainers.mesh.simulated import simulated_mesh
 from explainers.mesh.steps import Step, merge_steps, per_rank_int, rank_local, snapshot
 from explainers.mesh.uneven import from_local, redistribute, redistribute_log
-from explainers.mesh.walkthrough import FRAGMENT, walkthrough
+from explainers.mesh.walkthrough import FRAGMENT, uneven_safe_line, walkthrough
 
 R, S = Replicate(), Shard
 
@@ -43,6 +44,35 @@ EXPECTED_15 = {
     "unshard N": [[0, 1, 4, 5], [8, 9, 12, 13]] * 2 + [[2, 3, 6, 7], [10, 11, 14]] * 2,
     "unshard K": [[0, 1, 4, 5, 8, 9, 12, 13]] * 4 + [[2, 3, 6, 7, 10, 11, 14]] * 4,
 }
+
+
+class _AsWritten(ast.NodeTransformer):
+    """Undo uneven_safe_line's two replacements, independently of how it makes them."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "from_local":
+            func = ast.Attribute(ast.Name("DTensor", ast.Load()), "from_local", ast.Load())
+            return ast.Call(func, node.args, node.keywords)
+        if isinstance(node.func, ast.Name) and node.func.id == "redistribute":
+            x, placements, log = node.args
+            assert isinstance(log, ast.Name) and log.id == "log" and not node.keywords
+            func = ast.Attribute(x, "redistribute", ast.Load())
+            return ast.Call(func, [], [ast.keyword("placements", placements)])
+        return node
+
+
+@pytest.mark.parametrize("line", [code for _, _, code in FRAGMENT])
+def test_uneven_safe_line_replaces_the_two_calls_and_nothing_else(line):
+    runs = uneven_safe_line(line)
+    assert "DTensor" not in runs
+    undone = ast.fix_missing_locations(_AsWritten().visit(ast.parse(runs)))
+    assert ast.dump(undone) == ast.dump(ast.parse(line))
+
+
+def test_uneven_safe_line_refuses_other_redistribute_calls():
+    with pytest.raises(ValueError, match=r"expected .redistribute\(placements=...\), got x.redistribute\(mesh, \[R\]\)"):
+        uneven_safe_line("y = x.redistribute(mesh, [R])")
 
 
 def test_walkthrough_15_matches_the_hand_made_table(steps15):

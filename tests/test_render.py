@@ -167,20 +167,6 @@ def test_any_float_tensor_formats_like_torch(values):
     assert render(t, summarize=False).split() == printed_cells(t)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [{"precision": 2}, {"sci_mode": True}, {"sci_mode": False}, {"precision": 6, "sci_mode": True}],
-)
-def test_follows_set_printoptions(options):
-    t = MIXED[0]
-    try:
-        torch.set_printoptions(**options)
-        assert render(t.reshape(-1)).split() == printed_cells(t)
-    finally:
-        torch.set_printoptions(profile="default")
-    assert render(t.reshape(-1)).split() == printed_cells(t)
-
-
 SPIKED = torch.linspace(0.5, 1.5, 2000)
 SPIKED[2] = 1e9  # in torch's summary with edgeitems=3, left out with edgeitems=2
 

@@ -15,7 +15,9 @@ locks that end left of *c*.  Locks whose sentence says "is independent" are
 kept apart, and so are those whose sentence says "is innermost" (torch 2.15.0's
 Note adds ``stats_.allocations_mutex_ is innermost: nothing is taken while
 holding it.``): such a lock may be taken under any other, and nothing under it.
-graphviz's ``dot`` lays the drawing out (:func:`to_dot`, :func:`to_svg`).
+graphviz's ``dot`` lays the drawing out (:func:`to_dot`, :func:`to_svg`); a
+nesting found in the code but not drawn in the Note (the caller reads the code)
+is added as a dashed arrow.
 
 >>> order = parse_lock_order(NOTE_SAMPLE)
 >>> order.edges
@@ -32,6 +34,7 @@ import html
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["ALT", "LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE"]
@@ -131,10 +134,12 @@ def parse_lock_order(header_text: str) -> LockOrder:
     return order
 
 
-#: What the drawing shows, for readers who cannot see it (the SVG's ``aria-label``).
+#: What the drawing shows, for readers who cannot see it (the SVG's ``aria-label``; the page
+#: gives the same text to its image as MyST-NB's cell option ``mystnb: {image: {alt: ...}}``).
 ALT = ("Lock order from Note [HostAllocator design] in CachingHostAllocator.h: outer locks on top, "
-       "arrows from a lock to the locks that may be taken while holding it; independent and innermost "
-       "locks in dashed boxes below")
+       "solid arrows from a lock to the locks the Note lets be taken while holding it; the locks the "
+       "Note keeps apart in dashed boxes below; dashed arrows for nesting found in the code, not in "
+       "the Note")
 
 
 def _quote(text: str) -> str:
@@ -142,18 +147,31 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def to_dot(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
+def to_dot(order: LockOrder, highlight: dict[str, str] | None = None,
+           found: Sequence[tuple[str, str]] = ()) -> str:
     """The graphviz (DOT) source of the drawing: the nesting top down, the locks kept apart below.
 
     *highlight* maps a lock name to a fill colour that graphviz knows (``#rrggbb``).
+    *found* lists (outer, inner) nestings read from the code rather than the Note,
+    drawn as dashed arrows that do not move the Note's layout.
 
     >>> dot = to_dot(parse_lock_order(NOTE_SAMPLE), {"block->mutex_": "#fde3a7"})
     >>> [line.strip() for line in dot.splitlines() if '" -> "' in line and "invis" not in line]
     ['"instance_mutex_" -> "pool.blocks_mutex_";', '"pool.blocks_mutex_" -> "pool.free_list_[i].mutex_";', '"pool.blocks_mutex_" -> "block->mutex_";']
     >>> '"block->mutex_" [fillcolor="#fde3a7"];' in dot, dot.count("subgraph cluster_")
     (True, 2)
+    >>> found = to_dot(parse_lock_order(NOTE_SAMPLE), found=[("events_mutex_", "block->mutex_")])
+    >>> [line.strip() for line in found.splitlines() if "dashed, constraint" in line]
+    ['"events_mutex_" -> "block->mutex_" [style=dashed, constraint=false];']
+    >>> to_dot(parse_lock_order(NOTE_SAMPLE), found=[("events_mutex_", "no_such_lock")])
+    Traceback (most recent call last):
+    ...
+    ValueError: found nesting ('events_mutex_', 'no_such_lock') names a lock the Note does not
     """
     highlight = highlight or {}
+    for pair in found:
+        if not set(pair) <= set(order.names):
+            raise ValueError(f"found nesting {pair} names a lock the Note does not")
     out = [
         'digraph "the documented lock order, outer to inner" {',
         '  graph [fontname="monospace", fontsize=12, nodesep=0.3, ranksep=0.4, labeljust=l, '
@@ -167,7 +185,7 @@ def to_dot(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
         out.append(f"  {_quote(name)} [label={_quote(label)}];")
     out.extend(f"  {_quote(a)} -> {_quote(b)};" for a, b in order.edges)
     groups = [(key, title, list(names)) for key, title, names in (
-        ("independent", "independent (never nested with the above):", order.independent),
+        ("independent", "called independent by the Note:", order.independent),
         ("innermost", "innermost (nothing is taken while holding it):", order.innermost),
     ) if names]
     above = [n for n, d in order.depth.items() if d == max(order.depth.values(), default=0)]
@@ -180,12 +198,15 @@ def to_dot(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
         # Invisible edges only place each group below what comes before it.
         out.extend(f"  {_quote(a)} -> {_quote(names[0])} [style=invis];" for a in above)
         above = names
+    # constraint=false: an arrow the code adds (possibly upward) leaves the Note's ranks alone.
+    out.extend(f"  {_quote(a)} -> {_quote(b)} [style=dashed, constraint=false];" for a, b in found)
     out.extend(f"  {_quote(n)} [fillcolor={_quote(c)}];" for n, c in highlight.items())
     out.append("}")
     return "\n".join(out)
 
 
-def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
+def to_svg(order: LockOrder, highlight: dict[str, str] | None = None,
+           found: Sequence[tuple[str, str]] = ()) -> str:
     """The drawing as inline SVG, laid out by graphviz's ``dot`` from :func:`to_dot`.
 
     The XML prolog and graphviz's comments are dropped, so the text depends on
@@ -204,7 +225,7 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None) -> str:
     dot = shutil.which("dot")
     if dot is None:
         raise FileNotFoundError("graphviz's dot is not on PATH; install graphviz (apt-get install graphviz)")
-    res = subprocess.run([dot, "-Tsvg"], input=to_dot(order, highlight), capture_output=True, text=True,
+    res = subprocess.run([dot, "-Tsvg"], input=to_dot(order, highlight, found), capture_output=True, text=True,
                          timeout=60, check=False)
     if res.returncode != 0 or res.stderr.strip():  # a warning too, e.g. a colour dot does not know
         raise RuntimeError(f"dot -Tsvg failed (exit {res.returncode}): {res.stderr.strip()}")

@@ -1,7 +1,7 @@
 """Errors a page shows: a call's exception, with paths that do not depend on where it was built.
 
-- :func:`show_error` calls a function that must raise and prints its traceback as
-  Python prints it, each file named relative to the folder its package is
+- :func:`show_error` prints a line of code as a ``>>>`` line, runs it (it must
+  raise) and prints its traceback as Python prints it, each file named relative to the folder its package is
   installed in (``explainers/render.py``, ``torch/_tensor_str.py``), so a page
   built in any folder prints the same text.
 - :func:`capture_error` calls a function and returns what it raised, in two strings,
@@ -16,8 +16,11 @@ import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["capture_error", "shown_path", "show_error"]
+
+_CODE = "<shown code>"  # the file name of the code show_error runs, in its traceback
 
 
 def _roots() -> list[str]:
@@ -52,14 +55,21 @@ def shown_path(filename: str) -> str:
     return os.path.basename(filename)
 
 
-def show_error(fn: Callable[..., object], /, *args: object, **kwargs: object) -> BaseException:
-    """Call ``fn(*args, **kwargs)``, print the traceback of what it raises, and return the exception.
+def show_error(code: str, namespace: dict[str, Any]) -> BaseException:
+    """Print ``code`` as a ``>>>`` line, evaluate it in ``namespace``, print what it raises.
 
-    The traceback starts in ``fn`` (this helper's own frame is left out), and
-    every file is named by :func:`shown_path`. A call that returns is an error:
+    What the reader sees called is what runs. The traceback starts in the first
+    function ``code`` calls (the frames of this helper and of ``code`` itself are
+    left out), every file named by :func:`shown_path`. Code that returns is an error:
 
+    >>> import contextlib, io
     >>> from explainers.render import render
-    >>> error = show_error(render, [1, 2])  # doctest: +ELLIPSIS
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...     error = show_error("render([1, 2])  # a list", {"render": render})
+    >>> first, *rest = out.getvalue().splitlines()
+    >>> first == ">>> render([1, 2])  # a list", type(error).__name__
+    (True, 'TypeError')
+    >>> print("\\n".join(rest))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
       File "explainers/render.py", line ..., in render
         values = _as_array(tensor)
@@ -67,20 +77,21 @@ def show_error(fn: Callable[..., object], /, *args: object, **kwargs: object) ->
       File "explainers/render.py", line ..., in _as_array
         raise TypeError(
     TypeError: render() expects a tensor or array with a .shape, got list; wrap it with torch.tensor(...)
-    >>> show_error(len, [1, 2])
+    >>> show_error("len([1, 2])", {})
     Traceback (most recent call last):
     ...
-    AssertionError: show_error: len(...) returned 2 instead of raising
+    AssertionError: show_error: len([1, 2]) returned 2 instead of raising
     """
+    compiled = compile(code, _CODE, "eval")
+    print(">>>", code)
     try:
-        result = fn(*args, **kwargs)
+        result = eval(compiled, namespace)  # noqa: S307 - the page's own code, shown above
     except Exception as exc:  # noqa: BLE001 - the error is what is shown
         error = exc
     else:
-        name = getattr(fn, "__name__", type(fn).__name__)
-        raise AssertionError(f"show_error: {name}(...) returned {result!r} instead of raising")
+        raise AssertionError(f"show_error: {code} returned {result!r} instead of raising")
     shown = traceback.TracebackException.from_exception(error)
-    del shown.stack[0]  # this helper's call of fn
+    del shown.stack[:2]  # this helper's eval and the frame of code itself
     seen: set[int] = set()
     chain = [shown]
     while chain:
