@@ -5,13 +5,14 @@ ship under ``torch/include/``), located by a line's text rather than by line
 number, so a release that moves code moves the excerpt with it, and one that
 removes the text fails the build.
 
-Four ways to quote, each used by a page:
+Four ways to quote torch, each used by a page, and one to show a page's own code:
 
 - :func:`quote_installed`: numbered lines from a needle to the end of its block;
 - :func:`torch_lines`: ``path:line: text`` for each of several needles, in order;
 - :func:`source_of`: the source of a live function or class, cut between two lines;
 - :func:`excerpt` over :func:`installed_source` with :func:`find_line` and
-  :func:`block_end`, for the allocator page's own analysis.
+  :func:`block_end`, for the allocator page's own analysis;
+- :func:`function_source`: any Python function's source without its docstring.
 
 >>> text = "a\\nvoid f() {\\n  x;\\n}\\nb"
 >>> find_line(text, "void f()")
@@ -33,7 +34,8 @@ from typing import Any
 import torch
 
 __all__ = ["installed_source", "find_lines", "find_line", "block_end", "excerpt",
-           "quote_installed", "torch_lines", "torch_lines_many", "source_of"]
+           "quote_installed", "torch_lines", "torch_lines_many", "source_of",
+           "function_source"]
 
 
 def installed_source(relpath: str) -> str:
@@ -235,3 +237,36 @@ def _find(lines: list[str], needle: str, start: int, relpath: str) -> int:
         if needle in lines[i]:
             return i
     raise ValueError(f"{needle!r} does not occur in {relpath} after line {start}")
+
+
+def function_source(fn: Any) -> str:
+    """The source of the Python function ``fn`` without its docstring, for showing code a page runs.
+
+    >>> from explainers.precision.topk_router import topk_softmax
+    >>> print(function_source(topk_softmax))
+    def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_router_args(logits, k)
+        vals, idx = torch.topk(logits, k, dim=-1)
+        return idx, F.softmax(vals, dim=-1)
+    >>> function_source(Path)
+    Traceback (most recent call last):
+    ...
+    TypeError: function_source expects a function, got type
+    """
+    import ast
+
+    if not inspect.isfunction(fn):
+        raise TypeError(f"function_source expects a function, got {type(fn).__name__}")
+    src = textwrap.dedent(inspect.getsource(fn))
+    node = ast.parse(src).body[0]
+    lines = src.splitlines()
+    body = node.body
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        drop = set(range(body[0].lineno - 1, body[0].end_lineno))
+        lines = [line for i, line in enumerate(lines) if i not in drop]
+    return "\n".join(lines)

@@ -19,6 +19,7 @@ from explainers.page.tables import md_table
 __all__ = [
     "output_dtype",
     "output_dtype_table",
+    "output_dtype_report",
     "REFUSALS",
     "refusal_report",
     "refusal_cases",
@@ -58,6 +59,33 @@ def output_dtype_table(
         for name, op in ops.items()
     }
 
+
+def output_dtype_report(exprs: Sequence[str], dtype_names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """:func:`output_dtype_table` for ops written as expressions in ``x``, as plain JSON.
+
+    Each expression is evaluated with ``x``, ``torch``, ``softmax``
+    (``torch.nn.functional.softmax``) and ``float32`` in scope, so a page's
+    table labels can be run again under the other release through
+    :func:`explainers.releases.run_under`.
+
+    >>> output_dtype_report(["x @ x", "softmax(x, -1)"], ["bool"])
+    {'x @ x': {'bool': 'error: NotImplementedError'}, 'softmax(x, -1)': {'bool': 'error: NotImplementedError'}}
+    >>> output_dtype_report(["x @ x"], ["integer"])
+    Traceback (most recent call last):
+    ...
+    ValueError: 'integer' is not a torch dtype name
+    """
+    import torch.nn.functional as F
+
+    dtypes = []
+    for name in dtype_names:
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{name!r} is not a torch dtype name")
+        dtypes.append(dtype)
+    scope = {"torch": torch, "softmax": F.softmax, "float32": torch.float32}
+    ops = {expr: eval(f"lambda x: {expr}", scope) for expr in exprs}  # noqa: S307 - the page's own labels
+    return output_dtype_table(ops, dtypes)
 
 
 # Reductions that refuse an input dtype: (torch function, dtype name).

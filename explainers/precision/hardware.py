@@ -1,7 +1,7 @@
 """Rule 1, defer to the hardware: what this CPU offers, and which oneDNN kernel each matmul ran.
 
 >>> sorted(cpu_features())
-['amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+['amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from explainers.checks import is_int
 
 __all__ = [
     "cpu_features",
@@ -27,22 +29,34 @@ __all__ = [
 def cpu_features() -> dict[str, object]:
     """What this CPU offers to the low-precision paths, as torch sees it.
 
-    ``avx512_bf16``/``amx_tile`` come from ``torch.cpu`` (cpuinfo); the two
+    ``avx512_bf16``/``amx_tile`` come from ``torch.cpu`` (cpuinfo).  ``amx_int8``
+    (the feature ``_scaled_mm``'s oneDNN path asks cpuinfo for) has no ``torch.cpu``
+    getter in torch 2.14.1 or 2.15.0, so it is the ``amx_int8`` flag of Linux's
+    ``/proc/cpuinfo`` (``None`` where that file does not exist).  The two
     ``onednn_*_gate`` values are ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
     and its fp16 twin, the checks PyTorch makes before it sends bf16 (fp16)
     work to oneDNN.
 
     >>> sorted(cpu_features())
-    ['amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+    ['amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
     """
     ops = torch.ops.mkldnn
     return {
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
         "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
+        "amx_int8": _proc_cpuinfo_flag("amx_int8"),
         "onednn_bf16_gate": bool(ops._is_mkldnn_bf16_supported()),
         "onednn_fp16_gate": bool(ops._is_mkldnn_fp16_supported()),
     }
+
+
+def _proc_cpuinfo_flag(flag: str) -> bool | None:
+    path = Path("/proc/cpuinfo")
+    if not path.exists():
+        return None
+    return any(line.startswith("flags") and flag in line.split(":", 1)[1].split()
+               for line in path.read_text().splitlines())
 
 
 def library_message(fragment: str, library: str = "libtorch_cpu.so") -> str:
@@ -121,8 +135,8 @@ class OneDNNCall:
         return None
 
 
-#: Matmuls to run under ``ONEDNN_VERBOSE=1``; each is a statement over fp32 ``a`` (256x1024)
-#: and ``b`` (1024x256).
+#: Matmuls to run under ``ONEDNN_VERBOSE=1``; each is a statement over fp32 ``a`` (m x k),
+#: ``b`` (k x n) and ``bias`` (n), the sizes :func:`onednn_calls` is given.
 ONEDNN_PROBES: dict[str, str] = {
     "fp32 `a @ b`": "a @ b",
     "fp32 `a @ b`, `mkldnn.matmul.fp32_precision = 'bf16'`": (
@@ -130,7 +144,7 @@ ONEDNN_PROBES: dict[str, str] = {
         "torch.backends.mkldnn.matmul.fp32_precision = 'none'"
     ),
     "bf16 `a @ b`": "a.bfloat16() @ b.bfloat16()",
-    "bf16 `addmm(bias, a, b)`": "torch.addmm(a[0, :256].bfloat16(), a.bfloat16(), b.bfloat16())",
+    "bf16 `addmm(bias, a, b)`": "torch.addmm(bias.bfloat16(), a.bfloat16(), b.bfloat16())",
     "fp16 `a @ b`": "a.half() @ b.half()",
 }
 
@@ -146,23 +160,33 @@ def _parse_verbose(line: str) -> OneDNNCall | None:
     return OneDNNCall(kind=fields[5], impl=fields[6], data_types=dtypes, attrs=fields[9])
 
 
-def onednn_calls(probes: dict[str, str] | None = None, timeout: float = 300) -> dict[str, list[OneDNNCall]]:
+def onednn_calls(
+    probes: dict[str, str] | None = None, m: int = 256, k: int = 1024, n: int = 256, timeout: float = 300
+) -> dict[str, list[OneDNNCall]]:
     """The oneDNN primitives each probe executes, from a fresh Python run with ``ONEDNN_VERBOSE=1``.
 
     oneDNN reads ``ONEDNN_VERBOSE`` when it starts, so the probes run in a
     child process; its log lines are parsed into :class:`OneDNNCall` (the
     execution times they carry are dropped).  A probe that does not reach
-    oneDNN gets an empty list.
+    oneDNN gets an empty list.  Each probe sees ``a`` (m x k), ``b`` (k x n) and
+    ``bias`` (n), fp32.
 
-    >>> calls = onednn_calls({"fp32": "a @ b"})
+    >>> calls = onednn_calls({"fp32": "a @ b"}, m=8, k=16, n=8)
     >>> list(calls), calls["fp32"]
     (['fp32'], [])
+    >>> onednn_calls(m=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: sizes must be positive ints, got m=0, k=1024, n=256
     """
+    if not all(is_int(d) and d > 0 for d in (m, k, n)):
+        raise ValueError(f"sizes must be positive ints, got m={m!r}, k={k!r}, n={n!r}")
     probes = ONEDNN_PROBES if probes is None else probes
     lines = [
         "import torch",
         "g = torch.Generator().manual_seed(0)",
-        "a = torch.randn(256, 1024, generator=g); b = torch.randn(1024, 256, generator=g)",
+        f"a = torch.randn({m}, {k}, generator=g); b = torch.randn({k}, {n}, generator=g)",
+        f"bias = torch.randn({n}, generator=g)",
     ]
     for i, stmt in enumerate(probes.values()):
         lines += [f"print({_MARK + str(i)!r}, flush=True)", stmt, "import sys; sys.stdout.flush()"]

@@ -1,4 +1,4 @@
-"""What the matmul knobs do on CPU: the legacy getter's answers, the cuBLAS knobs, oneDNN's bf16 mode, math SDPA.
+"""What the matmul knobs do on CPU: the legacy getter, the cuBLAS knobs, oneDNN bf16, math SDPA, refused values.
 
 Every knob is flipped inside :func:`explainers.precision.knobs.knobs_restored`,
 so each measurement leaves the process as it found it.
@@ -18,6 +18,8 @@ __all__ = [
     "legacy_matmul_precision",
     "legacy_getter_matrix",
     "sdpa_math_reduction_effect",
+    "sdpa_math_paths",
+    "setter_refusals",
     "cuda_matmul_knobs_effect",
     "mkldnn_fp32_matmul_errors",
     "arithmetic_verdict",
@@ -27,7 +29,7 @@ __all__ = [
 def legacy_matmul_precision() -> str:
     """``torch.get_float32_matmul_precision()``, or ``"RuntimeError: ..."`` when it refuses.
 
-    In torch 2.14.1 it refuses in three combinations (see :func:`legacy_getter_matrix`):
+    In torch 2.14.1 and 2.15.0 it refuses in three combinations (see :func:`legacy_getter_matrix`):
     ``cuda.matmul`` is ``tf32`` while the legacy value is ``"highest"``; ``mkldnn.matmul``
     is ``bf16`` while it is not ``"medium"``; ``mkldnn.matmul`` is ``tf32`` while it is
     not ``"high"``.
@@ -89,19 +91,101 @@ def sdpa_math_reduction_effect(
     ...
     ValueError: the flag only concerns float16 and bfloat16, got torch.float32
     """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v = _sdpa_inputs(dtype, shape, seed)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    return {flag: _max_err(out, ref) for flag, out in _math_sdpa_by_flag(q, k, v).items()}
 
+
+def _sdpa_inputs(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> list[torch.Tensor]:
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"the flag only concerns float16 and bfloat16, got {dtype}")
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(*shape, generator=g).to(dtype) for _ in range(3))
-    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    return [torch.randn(*shape, generator=g).to(dtype) for _ in range(3)]
+
+
+def _math_sdpa_by_flag(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[bool, torch.Tensor]:
+    # The math backend's output with the reduction flag off and on, the flag restored after.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     out = {}
     with knobs_restored():
         for flag in (False, True):
             torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(flag)
             with sdpa_kernel(SDPBackend.MATH):
-                out[flag] = _max_err(F.scaled_dot_product_attention(q, k, v), ref)
+                out[flag] = F.scaled_dot_product_attention(q, k, v)
+    return out
+
+
+def _sdpa_steps(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # The math backend's steps: both operands scaled by sqrt(1/sqrt(d)), then matmul,
+    # softmax, matmul; each op on q, k, v's dtype rounds its own result to that dtype.
+    s = (1 / q.size(-1) ** 0.5) ** 0.5
+    attn = (q * s) @ (k.transpose(-2, -1) * s)
+    return F.softmax(attn, dim=-1) @ v
+
+
+def sdpa_math_paths(
+    dtype: torch.dtype = torch.bfloat16, shape: tuple[int, ...] = (1, 4, 256, 64), seed: int = 0
+) -> dict[str, bool]:
+    """Which computation math-backend SDPA in ``dtype`` is, bit for bit, with the flag off and on.
+
+    With ``allow_fp16_bf16_reduction_math_sdp(False)`` (the default) the math
+    backend converts q, k and v to fp32, runs every step there and rounds the
+    output once; with ``True`` it runs the same steps on the ``dtype`` tensors,
+    so each op rounds its stored result to ``dtype``.  Returns, for each flag
+    value, whether the output equals each of the two rebuilds.
+
+    >>> import torch
+    >>> sdpa_math_paths(torch.float16, shape=(1, 1, 32, 16))  # doctest: +NORMALIZE_WHITESPACE
+    {'flag off = fp32 steps, rounded once': True, 'flag off = steps in the dtype': False,
+     'flag on = fp32 steps, rounded once': False, 'flag on = steps in the dtype': True}
+    >>> sdpa_math_paths(torch.float32)
+    Traceback (most recent call last):
+    ...
+    ValueError: the flag only concerns float16 and bfloat16, got torch.float32
+    """
+    q, k, v = _sdpa_inputs(dtype, shape, seed)
+    models = {
+        "fp32 steps, rounded once": _sdpa_steps(q.float(), k.float(), v.float()).to(dtype),
+        "steps in the dtype": _sdpa_steps(q, k, v),
+    }
+    return {f"flag {'on' if flag else 'off'} = {name}": torch.equal(got, model)
+            for flag, got in _math_sdpa_by_flag(q, k, v).items() for name, model in models.items()}
+
+
+def setter_refusals(values: list[str]) -> dict[str, dict[str, str | None]]:
+    """What each ``fp32_precision`` setter answers to each of ``values``: the error, or ``None``.
+
+    ``{value: {attribute: RuntimeError message or None}}``, every setter tried
+    inside :func:`knobs_restored`; JSON-able, for :func:`explainers.releases.run_under`.
+
+    >>> r = setter_refusals(["bf16", "fp8"])
+    >>> r["bf16"]["torch.backends.mkldnn.matmul.fp32_precision"], r["fp8"]["torch.backends.fp32_precision"]
+    (None, 'Unknown precision: fp8')
+    >>> setter_refusals("bf16")
+    Traceback (most recent call last):
+    ...
+    TypeError: values must be a list of strings, got 'bf16'
+    """
+    from explainers.precision.knobs import FP32_PRECISION_NODES, python_name
+
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"values must be a list of strings, got {values!r}")
+    out: dict[str, dict[str, str | None]] = {}
+    for value in values:
+        out[value] = {}
+        for backend, op in FP32_PRECISION_NODES:
+            name = python_name(f"{backend}.{op}")
+            owner = torch
+            for part in name.split(".")[1:-1]:
+                owner = getattr(owner, part)
+            with knobs_restored():
+                try:
+                    owner.fp32_precision = value
+                except RuntimeError as exc:
+                    out[value][name] = str(exc).splitlines()[0]
+                else:
+                    out[value][name] = None
     return out
 
 

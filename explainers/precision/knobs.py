@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-#: The ``(backend, op)`` pairs of the fp32_precision tree (torch 2.14.1), parents first.
+#: The ``(backend, op)`` pairs of the fp32_precision tree (torch 2.14.1 and 2.15.0), parents first.
 FP32_PRECISION_NODES: tuple[tuple[str, str], ...] = (
     ("generic", "all"),
     ("cuda", "all"),
@@ -172,7 +172,8 @@ class KnobsNotRestorableError(RuntimeError):
     """A knob was moved off a default that torch offers no way to set again."""
 
 
-# torch.set_float32_matmul_precision(x) writes these two leaves (measured, torch 2.14.1). The
+# torch.set_float32_matmul_precision(x) writes these two leaves (measured, torch 2.14.1 and
+# 2.15.0). The
 # legacy value is a separate field; the getter refuses in three leaf/legacy combinations
 # (legacy_getter_matrix); with both leaves at ieee it answers whatever the legacy value is.
 _LEGACY_LEAVES = {
@@ -259,7 +260,8 @@ def _save() -> _Saved:
 def _restore(saved: _Saved) -> list[str]:
     # The legacy setter writes the two matmul leaves; the tree restore that follows
     # rewrites them.  The legacy allow_tf32 flags (torch.backends.cuda.matmul.allow_tf32,
-    # torch.backends.cudnn.allow_tf32) hold nothing of their own in 2.14.1: they read and
+    # torch.backends.cudnn.allow_tf32) hold nothing of their own in 2.14.1 and 2.15.0: they
+    # read and
     # write these same two settings.
     torch.set_float32_matmul_precision(saved.legacy)
     lost = _restore_tree(saved.tree)
@@ -316,6 +318,6 @@ def knobs_restored() -> Iterator[None]:
     if lost:
         raise KnobsNotRestorableError(
             f"the body set {', '.join(python_name(n) for n in lost)}, which held ATen's internal "
-            "default (follow the parent, else the legacy 'tf32'); torch 2.14.1 cannot set that "
-            "default from Python, so it now holds an explicit value. Everything else was restored."
+            "default (follow the parent, else the legacy 'tf32'); torch 2.14.1 and 2.15.0 cannot set "
+            "that default from Python, so it now holds an explicit value. Everything else was restored."
         )

@@ -33,7 +33,6 @@ __all__ = [
     "k1_router_gradients",
     "RouterRoundings",
     "router_roundings",
-    "router_source",
     "router_table",
     "topk_tie_note",
 ]
@@ -364,32 +363,3 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
         out[name] = logits.grad.detach()
     return out
 
-
-def router_source(fn) -> str:
-    """The source of ``fn`` without its docstring, for showing the code a page ran.
-
-    >>> print(router_source(topk_softmax))
-    def topk_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_router_args(logits, k)
-        vals, idx = torch.topk(logits, k, dim=-1)
-        return idx, F.softmax(vals, dim=-1)
-    """
-    import ast
-    import inspect
-    import textwrap
-
-    src = textwrap.dedent(inspect.getsource(fn))
-    node = ast.parse(src).body[0]
-    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        raise TypeError(f"router_source expects a function, got {type(fn).__name__}")
-    lines = src.splitlines()
-    body = node.body
-    if (
-        body
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Constant)
-        and isinstance(body[0].value.value, str)
-    ):
-        drop = set(range(body[0].lineno - 1, body[0].end_lineno))
-        lines = [line for i, line in enumerate(lines) if i not in drop]
-    return "\n".join(lines)
