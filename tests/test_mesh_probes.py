@@ -21,7 +21,6 @@ from explainers.mesh.simulated import make_mesh, simulated_mesh, simulated_world
 from explainers.mesh.steps import rank_local
 from explainers.mesh.trace import replaced_functions, simulation_trace
 from explainers.mesh.walkthrough import fragment_code, run_fragment, walkthrough
-from explainers.page.torchsource import torch_lines, torch_lines_many
 
 R, S = Replicate(), Shard
 
@@ -126,13 +125,6 @@ def test_planned_mesh_dims():
             planned_mesh_dims(torch.arange(2), [R, R, R])
 
 
-def test_torch_lines_many():
-    one = ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"]]
-    assert torch_lines_many([one, [*one, "def get_redistribute_planner("]]) == [
-        torch_lines(*one), torch_lines(*one, after="def get_redistribute_planner(")]
-    with pytest.raises(ValueError, match="an excerpt is"):
-        torch_lines_many([["distributed/tensor/_redistribute.py"]])
-
 
 def test_replay_broadcast():
     # The 2.14.1 rule takes group_offset + root - offset; copying in place, a group reads a
@@ -166,15 +158,6 @@ def test_scatter_probe():
     with simulated_mesh((2, 4), ("m", "n")) as mesh, pytest.raises(ValueError, match="2x2x2"):
         scatter_probe(mesh, 0)
 
-
-def test_torch_lines():
-    text = torch_lines("distributed/tensor/_redistribute.py",
-                         ["def redistribute_local_tensor(", "if _are_we_tracing():"])
-    lines = text.splitlines()
-    assert lines[0].startswith("distributed/tensor/_redistribute.py:")
-    assert lines[1] == "..." and lines[2].endswith("if _are_we_tracing():")
-    with pytest.raises(ValueError, match="does not occur"):
-        torch_lines("distributed/tensor/_redistribute.py", ["no such text anywhere"])
 
 
 def test_fsdp_layout_refuses_other_meshes():

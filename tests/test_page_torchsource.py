@@ -1,9 +1,18 @@
 """Tests of explainers.page.torchsource: excerpts of the installed torch's files."""
 
 
-import pytest
+from pathlib import Path
 
-from explainers.page.torchsource import installed_source, quote_installed
+import pytest
+import torch
+
+from explainers.page.torchsource import (
+    installed_source,
+    quote_installed,
+    source_of,
+    torch_lines,
+    torch_lines_many,
+)
 
 
 def test_installed_source_excerpts():
@@ -14,3 +23,35 @@ def test_installed_source_excerpts():
     assert len(py.splitlines()) == 4 and '"generic", "all"' in py
     with pytest.raises(FileNotFoundError):
         installed_source("include/not/there.h")
+
+
+def test_source_of_reads_the_installed_source():
+    from torch import _tensor_str
+
+    path, line, text = source_of(_tensor_str._Formatter.format)
+    assert path == "_tensor_str.py" and text.startswith("def format(self, value):")
+    source = (Path(torch.__file__).parent / path).read_text().splitlines()
+    assert source[line - 1].strip() == "def format(self, value):"
+    path, line, text = source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if not")
+    assert text.splitlines()[0] == "if dim == 1:" and "PRINT_OPTS.edgeitems" in text
+    assert source[line - 1].strip() == "if dim == 1:" and "if not" not in text
+    with pytest.raises(LookupError, match="no line of get_summarized_data starts with 'if never'"):
+        source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if never")
+
+
+def test_torch_lines_many():
+    one = ["distributed/tensor/_redistribute.py", ["if _are_we_tracing():"]]
+    assert torch_lines_many([one, [*one, "def get_redistribute_planner("]]) == [
+        torch_lines(*one), torch_lines(*one, after="def get_redistribute_planner(")]
+    with pytest.raises(ValueError, match="an excerpt is"):
+        torch_lines_many([["distributed/tensor/_redistribute.py"]])
+
+
+def test_torch_lines():
+    text = torch_lines("distributed/tensor/_redistribute.py",
+                         ["def redistribute_local_tensor(", "if _are_we_tracing():"])
+    lines = text.splitlines()
+    assert lines[0].startswith("distributed/tensor/_redistribute.py:")
+    assert lines[1] == "..." and lines[2].endswith("if _are_we_tracing():")
+    with pytest.raises(ValueError, match="does not occur"):
+        torch_lines("distributed/tensor/_redistribute.py", ["no such text anywhere"])

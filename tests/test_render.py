@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import explainers.render as render_module
-from explainers.page.torchsource import source_of
 from explainers.render import ELLIPSIS, arange_nd, render
 from explainers.render_readback import morton_index, picture_grid, printed_cells, split_pieces
 
@@ -219,19 +217,6 @@ def test_object_arrays_share_one_float_format():
     marker = np.array([[1.5, 100.25], [2.0, "·"]], dtype=object)
     assert picture_grid(render(marker)) == [["1.5000", "100.2500"], ["2.0000", "·"]]
 
-
-def test_source_of_reads_the_installed_source():
-    from torch import _tensor_str
-
-    path, line, text = source_of(_tensor_str._Formatter.format)
-    assert path == "_tensor_str.py" and text.startswith("def format(self, value):")
-    source = (Path(torch.__file__).parent / path).read_text().splitlines()
-    assert source[line - 1].strip() == "def format(self, value):"
-    path, line, text = source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if not")
-    assert text.splitlines()[0] == "if dim == 1:" and "PRINT_OPTS.edgeitems" in text
-    assert source[line - 1].strip() == "if dim == 1:" and "if not" not in text
-    with pytest.raises(LookupError, match="no line of get_summarized_data starts with 'if never'"):
-        source_of(_tensor_str.get_summarized_data, "if dim == 1:", "if never")
 
 
 def test_printed_cells_needs_a_tensor():
