@@ -233,7 +233,7 @@ def _as_array(tensor: Any) -> np.ndarray:
 def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     """One format for all the floats of a tensor, chosen the way ``print(tensor)`` chooses it.
 
-    This restates the rule of ``torch._tensor_str._Formatter`` in torch 2.14.1 (a private
+    This restates the rule of ``torch._tensor_str._Formatter`` in torch 2.14.1 and 2.15.0 (a private
     class, so it is not imported): over the nonzero finite values, *int mode* holds when all
     of them are integral, and *sci mode* when the largest magnitude is over 1000 times the
     smallest, over 1e8, or the smallest is under 1e-4 (:data:`SCI_MODE_LIMITS`; unless
@@ -308,7 +308,7 @@ def _summary_indices(
     The last two dims keep ``edgeitems`` at each end, as torch's printer does; a dim before
     them keeps ``outer`` blocks at each end.  render keeps one, so that every dim laid out
     side by side draws at most two blocks and one ``...`` column; ``outer=edgeitems`` gives
-    what torch's summary keeps (``get_summarized_data`` in torch 2.14.1).
+    what torch's summary keeps (``get_summarized_data`` in torch 2.14.1 and 2.15.0).
     """
     keep, gaps = [], []
     for d, n in enumerate(shape):

@@ -90,7 +90,16 @@ def _blocks(lines: list[str], offset: int) -> list[Block]:
         elif d is None or d["name"] in CODE_DIRECTIVES:
             options: dict[str, str] = {}
             k = 0
-            if d is not None:
+            if d is not None and body_lines and body_lines[0].strip() == "---":
+                # Options as a YAML block (MyST's other form), e.g. a cell's `mystnb:` settings.
+                import yaml
+
+                end = next(n for n in range(1, len(body_lines)) if body_lines[n].strip() == "---")
+                for key, value in (yaml.safe_load("\n".join(body_lines[1:end])) or {}).items():
+                    options[key] = ("[" + ", ".join(value) + "]" if isinstance(value, list)
+                                    else str(value))
+                k = end + 1
+            elif d is not None:
                 while k < len(body_lines) and (o := _OPTION.match(body_lines[k])):
                     options[o["key"]] = o["value"]
                     k += 1
@@ -116,6 +125,8 @@ def copyable_blocks(text: str) -> list[Block]:
     [('code-block', 'python', {'caption': 'x'}, 'print(1)')]
     >>> [b.tags for b in copyable_blocks("```{code-cell} ipython3\\n:tags: [remove-cell, skip-execution]\\n1\\n```")]
     [['remove-cell', 'skip-execution']]
+    >>> [(b.tags, b.body) for b in copyable_blocks("```{code-cell} ipython3\\n---\\ntags: [hide-input]\\nmystnb:\\n  image:\\n    alt: x\\n---\\n1\\n```")]
+    [(['hide-input'], '1')]
     """
     lines = text.splitlines()
     start = 0

@@ -30,14 +30,13 @@ is added as a dashed arrow.
 
 from __future__ import annotations
 
-import html
 import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["ALT", "LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE"]
+__all__ = ["LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE"]
 
 NOTE_SAMPLE = """\
  * Lock ordering (outer to inner):
@@ -134,12 +133,6 @@ def parse_lock_order(header_text: str) -> LockOrder:
     return order
 
 
-#: What the drawing shows, for readers who cannot see it (the SVG's ``aria-label``; the page
-#: gives the same text to its image as MyST-NB's cell option ``mystnb: {image: {alt: ...}}``).
-ALT = ("Lock order from Note [HostAllocator design] in CachingHostAllocator.h: outer locks on top, "
-       "solid arrows from a lock to the locks the Note lets be taken while holding it; the locks the "
-       "Note keeps apart in dashed boxes below; dashed arrows for nesting found in the code, not in "
-       "the Note")
 
 
 def _quote(text: str) -> str:
@@ -210,7 +203,7 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None,
     """The drawing as inline SVG, laid out by graphviz's ``dot`` from :func:`to_dot`.
 
     The XML prolog and graphviz's comments are dropped, so the text depends on
-    the graph alone; the ``<svg>`` element carries ``role="img"`` and :data:`ALT`.
+    the graph alone.  A page shows it as an image: its alt text belongs to the page's cell.
 
     >>> svg = to_svg(parse_lock_order(NOTE_SAMPLE))
     >>> svg.startswith("<svg") and "<title>block&#45;&gt;mutex_</title>" in svg and svg.count('class="edge"') == 3
@@ -231,4 +224,4 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None,
         raise RuntimeError(f"dot -Tsvg failed (exit {res.returncode}): {res.stderr.strip()}")
     svg = res.stdout[res.stdout.index("<svg"):]
     svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.DOTALL)
-    return svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(ALT)}" ', 1).strip()
+    return svg.strip()

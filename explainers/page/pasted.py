@@ -129,7 +129,11 @@ def run_pasted(text: str, filename: str, command: str | None = None,
     command = command or f"{_RUNNERS[suffix]} {filename}"
     with tempfile.TemporaryDirectory() as bindir, tempfile.TemporaryDirectory() as folder:
         shim = Path(bindir) / "python"
-        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I "$@"\n')
+        # Run the environment's own `python` when it has one (every venv does), so that a
+        # script reading its interpreter's name sees the `python` the page's command shows.
+        interpreter = Path(sys.executable).with_name("python")
+        interpreter = interpreter if interpreter.is_file() else Path(sys.executable)
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(str(interpreter))} -I "$@"\n')
         shim.chmod(0o755)
         (Path(folder) / filename).write_text(text, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
