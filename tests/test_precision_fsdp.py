@@ -270,7 +270,7 @@ def test_leaf_grad_dtype():
 def test_cleared_grad_dtype_keeps_an_existing_wider_gradient():
     out = cleared_grad_dtype_outcomes(torch.float16, torch.float64)
     assert out == {"first": torch.float64, "accumulated": torch.float64, "in_place": True,
-                   "fresh": torch.float16}
+                   "values": [4.0] * 4, "fresh": torch.float16}
     with pytest.raises(ValueError, match="wide_dtype must be a floating-point"):
         cleared_grad_dtype_outcomes(torch.bfloat16, torch.int32)
     with pytest.raises(TypeError, match="param_dtype must be a torch.dtype"):

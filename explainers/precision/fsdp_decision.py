@@ -179,12 +179,15 @@ def cleared_grad_dtype_outcomes(param_dtype: torch.dtype, wide_dtype: torch.dtyp
     ``param_dtype`` leaf: a first backward with ``grad_dtype = wide_dtype``
     (``"first"``: the dtype stored), a second one after ``grad_dtype = None``
     (``"accumulated"``: the dtype then, and ``"in_place"``: whether
-    ``.grad`` is still the same tensor), and a fresh leaf's backward with
+    ``.grad`` is still the same tensor; ``"values"``: its elements, each
+    backward adding a gradient of 2), and a fresh leaf's backward with
     ``grad_dtype = None`` (``"fresh"``).
 
     >>> out = cleared_grad_dtype_outcomes(torch.bfloat16, torch.float32)
     >>> out["first"], out["accumulated"], out["in_place"], out["fresh"]
     (torch.float32, torch.float32, True, torch.bfloat16)
+    >>> out["values"]
+    [4.0, 4.0, 4.0, 4.0]
     >>> cleared_grad_dtype_outcomes(torch.bfloat16, None)
     Traceback (most recent call last):
     ...
@@ -209,4 +212,4 @@ def cleared_grad_dtype_outcomes(param_dtype: torch.dtype, wide_dtype: torch.dtyp
     fresh.grad_dtype = None
     backward(fresh)
     return {"first": first_dtype, "accumulated": leaf.grad.dtype, "in_place": leaf.grad is first,
-            "fresh": fresh.grad.dtype}
+            "values": leaf.grad.tolist(), "fresh": fresh.grad.dtype}

@@ -30,9 +30,10 @@ def cpu_features() -> dict[str, object]:
     """What this CPU offers to the low-precision paths, as torch sees it.
 
     ``avx512_bf16``/``amx_tile`` come from ``torch.cpu`` (cpuinfo).  ``amx_int8``
-    (the feature ``_scaled_mm``'s oneDNN path asks cpuinfo for) has no ``torch.cpu``
-    getter in torch 2.14.1 or 2.15.0, so it is the ``amx_int8`` flag of Linux's
-    ``/proc/cpuinfo`` (``None`` where that file does not exist).  The two
+    is the ``amx_int8`` entry of ``torch.cpu.get_capabilities()`` (on 2.14.1 and
+    2.15.0), which asks cpuinfo, the library whose ``cpuinfo_has_x86_amx_int8()``
+    decides ``_scaled_mm``'s oneDNN path; ``False`` where the mapping has no such
+    entry (non-x86 CPUs, which have no AMX).  The two
     ``onednn_*_gate`` values are ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
     and its fp16 twin, the checks PyTorch makes before it sends bf16 (fp16)
     work to oneDNN.
@@ -45,18 +46,10 @@ def cpu_features() -> dict[str, object]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
         "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
-        "amx_int8": _proc_cpuinfo_flag("amx_int8"),
+        "amx_int8": bool(torch.cpu.get_capabilities().get("amx_int8", False)),
         "onednn_bf16_gate": bool(ops._is_mkldnn_bf16_supported()),
         "onednn_fp16_gate": bool(ops._is_mkldnn_fp16_supported()),
     }
-
-
-def _proc_cpuinfo_flag(flag: str) -> bool | None:
-    path = Path("/proc/cpuinfo")
-    if not path.exists():
-        return None
-    return any(line.startswith("flags") and flag in line.split(":", 1)[1].split()
-               for line in path.read_text().splitlines())
 
 
 def library_message(fragment: str, library: str = "libtorch_cpu.so") -> str:
