@@ -41,6 +41,8 @@ def _load(path: Path):
 # explainers/releases.py needs only the standard library: loaded from its file, it gives nox and
 # the pages one list of releases and one cache root.
 releases = _load(Path(__file__).resolve().parent / "explainers" / "releases.py")
+# The system programs the pages and tests run, each with its Debian package.
+prerequisites = _load(Path(__file__).resolve().parent / "tools" / "prerequisites.py")
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["lint", "tests"]
@@ -184,11 +186,14 @@ def docs(session: nox.Session) -> None:
     """
     extra = [a for a in session.posargs if a != ALL_RELEASES_FLAG]
     built = releases.SUPPORTED if ALL_RELEASES_FLAG in session.posargs else (releases.PRIMARY,)
+    executes = os.environ.get("NB_EXECUTION_MODE") != "off"
+    if executes:  # the system programs first: a missing one stops the build before anything runs
+        ensure_programs(session, prerequisites.DOCS)
     # Every release's environment, even for a primary-only build: the sections that show
     # a behaviour difference run library code under each release (explainers.releases).
     for release in releases.SUPPORTED:
         ensure_env(session, release)
-    if os.environ.get("NB_EXECUTION_MODE") == "off":
+    if not executes:
         out = BUILD / "noexec"
         staged_build(session, releases.PRIMARY, extra, RUN_ENV, build=str(out))
         session.log(f"Unexecuted preview (not the site): {out / 'html' / 'index.html'}")
@@ -200,6 +205,7 @@ def docs(session: nox.Session) -> None:
 def docs_live(session: nox.Session) -> None:
     """Serve the docs and rebuild on change, without rebuilding in a loop on its own outputs."""
     ensure_env(session)
+    ensure_programs(session, prerequisites.DOCS)
     run_py(
         session, "-m", "sphinx_autobuild", "-n", "--keep-going",
         "--watch", str(ROOT / "explainers"),
@@ -213,6 +219,7 @@ def docs_live(session: nox.Session) -> None:
 def doctest(session: nox.Session) -> None:
     """Doctests in the library's docstrings, the site machinery, the docs pages and the README."""
     ensure_env(session)
+    ensure_programs(session, prerequisites.DOCS)  # e.g. the lock-order figure's doctest runs dot
     run_py(
         session, "-m", "pytest", "-p", "no:cacheprovider", "--doctest-modules", "explainers", "tools",
         "--doctest-glob=*.md", "README.md", "docs", "--ignore=docs/_build",
@@ -228,19 +235,24 @@ def lint(session: nox.Session) -> None:
            "noxfile.py")
 
 
+def ensure_programs(session: nox.Session, programs: tuple[str, ...]) -> None:
+    """Install the Debian packages of the ``programs`` missing from PATH (apt-get, as root),
+    or stop with the one line that installs them, before anything runs."""
+    packages = prerequisites.missing_packages(programs)
+    if not packages:
+        return
+    if os.geteuid() != 0:
+        session.error(f"missing system packages: {' '.join(packages)}. Install them with:\n"
+                      f"    {prerequisites.install_line(packages)}")
+    session.log(f"Installing {' '.join(packages)} with apt-get (missing from this machine)")
+    session.run("apt-get", "update", "-qq", external=True)
+    session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages, external=True,
+                env={"DEBIAN_FRONTEND": "noninteractive"})
+
+
 def ensure_browser(session: nox.Session) -> None:
-    """Install Debian's chromium (apt-get) and axe-core (npm) when they are missing."""
-    if not CHROMIUM.exists():
-        if os.geteuid() != 0:
-            session.error(f"{CHROMIUM} is missing: install Debian's chromium (sudo apt-get install chromium)")
-        session.log("Installing Debian's chromium with apt-get (the browser gate never downloads a browser)")
-        session.run("apt-get", "update", "-qq", external=True)
-        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
-    if shutil.which("npm") is None:
-        if os.geteuid() != 0:
-            session.error("npm is missing: install it (sudo apt-get install npm) to fetch axe-core")
-        session.run("apt-get", "update", "-qq", external=True)
-        session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "npm", external=True)
+    """Install Debian's chromium and npm (apt-get) and axe-core (npm) when they are missing."""
+    ensure_programs(session, prerequisites.BROWSER)
     package = NPM_PREFIX / "node_modules" / "axe-core" / "package.json"
     if not AXE_JS.exists() or f'"version": "{AXE_VERSION}"' not in package.read_text():
         session.run("npm", "install", "--prefix", str(NPM_PREFIX), "--no-audit", "--no-fund",
@@ -257,6 +269,7 @@ def browser(session: nox.Session) -> None:
     ensure_env(session)
     ensure_browser(session)
     if not (SITE / "index.html").exists():
+        ensure_programs(session, prerequisites.DOCS)
         build_site(session, [])
     try:
         session.run(str(PY), "-m", "pytest", "-m", "browser", "-p", "no:cacheprovider", *session.posargs,
@@ -269,6 +282,8 @@ def browser(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """What CI runs: unit tests, doctests, one full strict docs build, checks over the built HTML,
     the browser gate; then the gate's figures."""
+    # Every system program first, so a missing one stops the run before anything executes.
+    ensure_programs(session, prerequisites.DOCS + prerequisites.BROWSER)
     for release in releases.SUPPORTED:
         ensure_env(session, release)
     run_py(session, str(ROOT / "tests" / "gate_figures.py"), "--reset")
@@ -294,4 +309,5 @@ def bench(session: nox.Session) -> None:
     `python -m bench`, e.g. `nox -s bench -- --runs 5 --experiments`.
     """
     ensure_env(session)
+    ensure_programs(session, prerequisites.DOCS)
     run_py(session, "-m", "bench", *session.posargs)
