@@ -77,7 +77,8 @@ def test_executed_page_carries_its_stamp_under_the_title(site, page):
     # It names every release this build verified the page on, the published one first.
     built = os.environ.get("TORCH_EXPLAINERS_VERIFIED_ON", "").split(",")
     named = re.findall(r"\d+\.\d+\.\d+", stamp.group(1))
-    assert named[0] == torch.__version__.split("+")[0] and set(named) >= {r for r in built if r}, (
+    # Exactly those: never a release the page was not executed for, never one fewer.
+    assert named[0] == torch.__version__.split("+")[0] and set(named) == {r for r in built if r}, (
         f"{page}: the stamp names {named}, the build verified {built}")
 
 
@@ -172,6 +173,15 @@ def test_executed_page_offers_its_notebook_and_its_source(site, page):
         f"{page}: the notebook's first cell does not say how to install what it imports")
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any(c.outputs for c in code), f"{page}: the notebook has no outputs (not the executed one)"
+    # The very execution the page shows: the notebook's stamp names the releases the HTML's does.
+    shown = re.search(r"verified on ([^<`]+?)[<`]", html)
+    stamps = [o for c in code for o in c.outputs
+              if o.get("metadata", {}).get("scrapbook", {}).get("name") == "page_stamp"]
+    assert stamps and shown, f"{page}: no page_stamp output in the notebook, or no stamp on the page"
+    # Glued outputs carry their MIME type behind scrapbook's prefix (application/papermill.record/).
+    markdown = [v for k, v in stamps[0]["data"].items() if k.endswith("text/markdown")]
+    assert markdown and f"verified on {shown.group(1)}`" in markdown[0], (
+        f"{page}: the notebook's stamp is not the page's ({shown.group(1)!r})")
 
 
 class Images(HTMLParser):

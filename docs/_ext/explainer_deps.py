@@ -9,8 +9,12 @@ This extension closes the gap in two steps, both at ``source-read``:
    subpackage, every file in its folder, so a C++ harness counts too) plus
    torch's ``version.py`` as Sphinx dependencies.  Sphinx then re-reads the
    page, and only that page, when one of them changes.
-2. It appends a hidden cell holding a hash of those files and the torch
-   version, so jupyter-cache's key changes and the page is re-executed.
+2. It appends a hidden cell holding a hash of those files, the torch
+   version and the releases this build verifies (``$TORCH_EXPLAINERS_VERIFIED_ON``,
+   which the page's stamp names), so jupyter-cache's key changes and the page
+   is re-executed.  The releases are also a Sphinx config value that rebuilds
+   the environment, so a primary-only build followed by an all-releases build
+   re-reads every page instead of keeping stamps that name fewer releases.
 
 Only what a page imports counts: site machinery (this folder, ``tools/``) is
 never part of a page's key.
@@ -29,16 +33,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
 import re
 from pathlib import Path
 
-__all__ = ["imported_modules", "module_closure", "page_dependencies", "dependency_cell"]
+__all__ = ["imported_modules", "module_closure", "page_dependencies", "page_key", "dependency_cell"]
 
 #: The checkout: ``explainers/`` is beside ``docs/``.
 ROOT = Path(__file__).resolve().parents[2]
 _FROM = re.compile(r"^[ \t]*from[ \t]+(explainers(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)", re.MULTILINE)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.MULTILINE)
 MARKER = "# explainers-deps:"
+#: The releases a build verifies every page on, as nox sets them (comma-separated).
+VERIFIED_ENV = "TORCH_EXPLAINERS_VERIFIED_ON"
 
 
 def imported_modules(code: str) -> set[str]:
@@ -161,6 +168,20 @@ def dependency_cell(digest: str) -> str:
     return f"```{{code-cell}} ipython3\n:tags: [remove-cell]\n{MARKER} {digest}\n```\n"
 
 
+def page_key(digest: str, verified_on: str) -> str:
+    """The cache key's extra part: the dependencies' ``digest`` and the releases verified.
+
+    Two builds that verify different releases never share an execution, since the
+    page's stamp names them.
+
+    >>> page_key("abc", "2.15.0") == page_key("abc", "2.15.0,2.14.1")
+    False
+    >>> len(page_key("abc", ""))
+    16
+    """
+    return hashlib.sha256(f"{digest}\0{verified_on}".encode()).hexdigest()[:16]
+
+
 def _on_source_read(app, docname: str, source: list[str]) -> None:
     text = source[0]
     if "file_format: mystnb" not in text:
@@ -168,9 +189,12 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
     files, digest = page_dependencies(text, ROOT)
     for path in files:
         app.env.note_dependency(str(path))
-    source[0] = text.rstrip("\n") + "\n\n" + dependency_cell(digest)
+    key = page_key(digest, app.config.explainers_verified_on)
+    source[0] = text.rstrip("\n") + "\n\n" + dependency_cell(key)
 
 
 def setup(app):
+    # "env": a change of the verified releases makes Sphinx re-read every page.
+    app.add_config_value("explainers_verified_on", os.environ.get(VERIFIED_ENV, ""), "env", [str])
     app.connect("source-read", _on_source_read)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

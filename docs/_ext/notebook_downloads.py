@@ -12,6 +12,11 @@ get what the cells import (the project, from a checkout, with ``pip install .``)
 the HTML page does not show it.  Cell ids are numbered in order: MyST-NB gives
 the cells of a text notebook random ids, and the download must be the same in
 every build of the same page.
+
+A page's executed notebook is written when Sphinx reads the page, from a fresh
+execution or from the execution cache.  A download with no outputs (a page
+served from a build that never executed it) is an error that names the page,
+never a silent empty notebook.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ import re
 from pathlib import Path
 
 import nbformat
+from sphinx.util import logging
 
 from explainers.page.pasted import needs
+
+logger = logging.getLogger(__name__)
 
 # What `pip install .` brings (the project and its dependencies), and what the cells
 # may import beyond it, from the project's `docs` extra.
@@ -90,7 +98,14 @@ def offer_notebook(app, pagename, templatename, context, doctree) -> None:
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     title = html.unescape(re.sub(r"<[^>]+>", "", context.get("title") or pagename))
-    nbformat.write(downloadable(executed, title), target)
+    nb = downloadable(executed, title)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if code and not any(c.get("outputs") for c in code):
+        logger.warning(f"{pagename}: the executed notebook {executed} has no outputs in any of its "
+                       f"{len(code)} code cells; the download would not show what the page shows",
+                       location=pagename, type="explainers", subtype="download")
+        return
+    nbformat.write(nb, target)
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
