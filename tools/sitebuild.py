@@ -82,10 +82,10 @@ def tree_digest(root: Path) -> str:
     >>> _ = (d / "a.html").write_text("y")
     >>> before == tree_digest(d)
     False
-    >>> tree_digest(d / "missing")
+    >>> tree_digest(Path("/nonexistent/site"))
     Traceback (most recent call last):
     ...
-    FileNotFoundError: no such directory: ...missing
+    FileNotFoundError: no such directory: /nonexistent/site
     """
     if not root.is_dir():
         raise FileNotFoundError(f"no such directory: {root}")

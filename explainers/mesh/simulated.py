@@ -84,7 +84,7 @@ def simulated_world(world_size: int) -> Iterator[Any]:
     ...         pass
     Traceback (most recent call last):
     ...
-    RuntimeError: a process group is already initialized (backend 'fake', world size 2); ...
+    RuntimeError: a process group is already initialized (backend 'fake', world size 2); simulated_world() will not replace it. Close the enclosing simulated_world()/simulated_mesh(), or call torch.distributed.destroy_process_group(), first.
     """
     world_size = _check_world_size(world_size)
     import torch.distributed as dist
