@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import shutil
 import sys
 import tomllib
 from pathlib import Path

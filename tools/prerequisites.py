@@ -19,7 +19,6 @@ its file.
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shutil
 from collections.abc import Iterable
@@ -106,7 +105,7 @@ def missing_packages(programs: Iterable[str], path: str | None = None) -> list[s
     """The Debian packages to install for the ``programs`` not on ``path`` (default ``$PATH``),
     in the order first needed, each once.
 
-    >>> missing_packages(["dot", "jq", "c++filt", "nm"], path=os.devnull)
+    >>> missing_packages(["dot", "jq", "c++filt", "nm"], path="/nonexistent")
     ['graphviz', 'jq', 'binutils']
     """
     out: list[str] = []
