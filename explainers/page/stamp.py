@@ -44,8 +44,10 @@ def environment() -> dict[str, str]:
     """Describe where the code ran, as label -> value.
 
     ``verified on`` lists the torch releases this build executes every page on
-    (``$TORCH_EXPLAINERS_VERIFIED_ON``, set by ``nox``; the site is published only
-    when every page's claims hold on each of them), or just this torch's release.
+    (``$TORCH_EXPLAINERS_VERIFIED_ON``, set by ``nox``: the primary release for
+    ``nox -s docs``, every supported release for ``nox -s docs -- --all-releases``
+    and ``nox -s tests``; a build replaces the site only when every page's claims
+    held on each of them), or just this torch's release.
 
     >>> env = environment()
     >>> sorted(env)
