@@ -173,14 +173,13 @@ def test_executed_page_offers_its_notebook_and_its_source(site, page):
         f"{page}: the notebook's first cell does not say how to install what it imports")
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any(c.outputs for c in code), f"{page}: the notebook has no outputs (not the executed one)"
-    # The very execution the page shows: the notebook's stamp names the releases the HTML's does.
-    shown = re.search(r"verified on ([^<`]+?)[<`]", html)
-    stamps = [o for c in code for o in c.outputs
-              if o.get("metadata", {}).get("scrapbook", {}).get("name") == "page_stamp"]
-    assert stamps and shown, f"{page}: no page_stamp output in the notebook, or no stamp on the page"
-    # Glued outputs carry their MIME type behind scrapbook's prefix (application/papermill.record/).
-    markdown = [v for k, v in stamps[0]["data"].items() if k.endswith("text/markdown")]
-    assert markdown and f"verified on {shown.group(1)}`" in markdown[0], (
+    # The very execution the page shows: the stamp end_page() returns in the notebook (its last
+    # cell's result) names the releases the HTML's stamp names.
+    shown = re.search(r"sd-badge[^>]*>verified on ([^<]+)</span>", html)
+    texts = [str(v) for c in code for o in c.outputs for v in o.get("data", {}).values()]
+    stamps = [m for t in texts for m in re.findall(r"`verified on ([^`]+)`", t)]
+    assert stamps and shown, f"{page}: no stamp in the notebook's outputs, or no stamp on the page"
+    assert stamps[-1] == shown.group(1), (
         f"{page}: the notebook's stamp is not the page's ({shown.group(1)!r})")
 
 

@@ -13,10 +13,12 @@ the HTML page does not show it.  Cell ids are numbered in order: MyST-NB gives
 the cells of a text notebook random ids, and the download must be the same in
 every build of the same page.
 
-A page's executed notebook is written when Sphinx reads the page, from a fresh
-execution or from the execution cache.  A download with no outputs (a page
-served from a build that never executed it) is an error that names the page,
-never a silent empty notebook.
+A page's executed notebook is written when Sphinx reads the page.  MyST-NB 1.4
+writes it from the notebook it read: when the page was executed, that object
+holds the outputs; when the page is served from the execution cache, the outputs
+are merged into a copy (``myst_nb/core/execute/cache.py``) and the file is written
+without them.  So a notebook without outputs gets them from the same cache here,
+and a download that still has none is an error that names the page.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 from pathlib import Path
 
 import nbformat
+from docutils import nodes
 from sphinx.util import logging
 
 from explainers.page.pasted import needs
@@ -82,9 +85,24 @@ def how_to_run(nb, title: str) -> str:
     return "\n".join(text)
 
 
-def downloadable(executed: Path, title: str):
-    """MyST-NB's executed notebook with the how-to-run cell first and ids numbered in order."""
-    nb = nbformat.read(executed, as_version=4)
+def with_outputs(nb, cache_path: str | None):
+    """``nb`` as it was executed: from the execution cache at ``cache_path`` when ``nb`` has no
+    output at all (a page the cache served), else unchanged; unchanged too when the cache has
+    no execution of exactly these cells."""
+    if not cache_path or any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+        return nb
+    from jupyter_cache import get_cache
+
+    try:
+        return get_cache(cache_path).merge_match_into_notebook(nb)[1]
+    except KeyError:
+        return nb
+
+
+def downloadable(executed: Path, title: str, cache_path: str | None = None):
+    """MyST-NB's executed notebook, with its outputs, the how-to-run cell first and ids numbered
+    in order."""
+    nb = with_outputs(nbformat.read(executed, as_version=4), cache_path)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(how_to_run(nb, title)))
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i}"
@@ -98,11 +116,12 @@ def offer_notebook(app, pagename, templatename, context, doctree) -> None:
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     title = html.unescape(re.sub(r"<[^>]+>", "", context.get("title") or pagename))
-    nb = downloadable(executed, title)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    if code and not any(c.get("outputs") for c in code):
-        logger.warning(f"{pagename}: the executed notebook {executed} has no outputs in any of its "
-                       f"{len(code)} code cells; the download would not show what the page shows",
+    cache = app.config.nb_execution_cache_path if app.config.nb_execution_mode == "cache" else None
+    nb = downloadable(executed, title, cache)
+    shown = sum(1 for n in doctree.findall(nodes.container) if "cell_output" in n.get("classes", []))
+    if shown and not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+        logger.warning(f"{pagename}: the page shows {shown} cell outputs, the executed notebook "
+                       f"{executed} has no outputs; the download would not show what the page shows",
                        location=pagename, type="explainers", subtype="download")
         return
     nbformat.write(nb, target)
