@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explainers.allocator.lockorder import code_dot
-from explainers.allocator.locktable import against_note, backend_nestings, canonical_lock, lock_table, lock_report
+from explainers.allocator.locktable import (
+    against_note,
+    backend_nestings,
+    canonical_lock,
+    lock_report,
+    lock_table,
+)
 from explainers.releases import ReleaseNotProvisioned, run_under
 
 TEMPLATE = """struct CachingHostAllocatorImpl {
@@ -43,7 +49,7 @@ def test_a_chain_of_any_depth_carries_the_outer_lock(depth):
     names = [f"f{i}" for i in range(depth + 1)]
     body = ["struct CachingHostAllocatorImpl {",
             "  void top() {", "    std::lock_guard<std::mutex> g(profiling_mutex_);", f"    {names[0]}();", "  }"]
-    for a, b in zip(names, names[1:]):
+    for a, b in zip(names, names[1:], strict=False):
         body += [f"  void {a}() {{", f"    {b}();", "  }"]
     body += [f"  void {names[-1]}() {{", "    std::lock_guard<std::mutex> g(block->mutex_);", "  }", "};"]
     nest = [n for n in lock_table("\n".join(body)).nestings if n.outer == "profiling_mutex_"]
