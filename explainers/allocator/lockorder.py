@@ -36,7 +36,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE"]
+__all__ = ["LockOrder", "parse_lock_order", "to_dot", "to_svg", "NOTE_SAMPLE", "code_dot", "dot_to_svg"]
 
 NOTE_SAMPLE = """\
  * Lock ordering (outer to inner):
@@ -225,3 +225,58 @@ def to_svg(order: LockOrder, highlight: dict[str, str] | None = None,
     svg = res.stdout[res.stdout.index("<svg"):]
     svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.DOTALL)
     return svg.strip()
+
+
+#: Edge styles of :func:`code_dot`, by how the Note judges a nesting found in the code.
+_STYLE = {"agrees": 'color="#444444"', "contradicts": 'color="#c0392b", penwidth=2.2, fontcolor="#c0392b"',
+          "not named": 'color="#b9770e", style=dashed, fontcolor="#b9770e"'}
+
+
+def _kind(verdict: str) -> str:
+    if verdict in ("drawn", "innermost"):
+        return "agrees"
+    return "not named" if verdict == "not named" else "contradicts"
+
+
+def code_dot(nestings: Sequence[tuple[str, str, str, str]]) -> str:
+    """The DOT source of the nestings found in the code: (outer, inner, verdict, label) each.
+
+    *verdict* is :func:`explainers.allocator.locktable.against_note`'s.  A nesting
+    the Note's order allows is a grey arrow, one it contradicts (or a lock taken
+    again under itself) a thick red arrow with its *label*, one through a lock the
+    Note does not name a dashed amber arrow with its label.  An arrow implied by
+    two others (a -> b -> c) is left out, unless the Note contradicts it.
+
+    >>> dot = code_dot([("a", "b", "drawn", ""), ("b", "c", "drawn", ""), ("a", "c", "drawn", ""),
+    ...                 ("a", "x", "contradicts: x is independent", "f()")])
+    >>> [line.strip() for line in dot.splitlines() if " -> " in line]
+    ['"a" -> "b" [color="#444444"];', '"b" -> "c" [color="#444444"];', '"a" -> "x" [color="#c0392b", penwidth=2.2, fontcolor="#c0392b", label="f()"];']
+    """
+    pairs = {(a, b) for a, b, _, _ in nestings}
+    nodes = list(dict.fromkeys(n for a, b, _, _ in nestings for n in (a, b)))
+    out = ['digraph "lock nestings in the code, outer to inner" {',
+           '  graph [fontname="monospace", fontsize=11, nodesep=0.35, ranksep=0.45];',
+           '  node [shape=box, style="rounded,filled", fillcolor="#f4f4f4", color="#333333", '
+           'fontname="monospace", fontsize=12, height=0.36];',
+           '  edge [arrowsize=0.7, fontname="monospace", fontsize=10];']
+    out.extend(f"  {_quote(n)};" for n in nodes)
+    for a, b, verdict, label in nestings:
+        kind = _kind(verdict)
+        if kind != "contradicts" and any((a, m) in pairs and (m, b) in pairs for m in nodes if m not in (a, b)):
+            continue
+        attrs = _STYLE[kind] + (f", label={_quote(label)}" if label and kind != "agrees" else "")
+        out.append(f"  {_quote(a)} -> {_quote(b)} [{attrs}];")
+    out.append("}")
+    return "\n".join(out)
+
+
+def dot_to_svg(dot_source: str) -> str:
+    """Any DOT source as inline SVG (graphviz's ``dot``; prolog and comments dropped), as :func:`to_svg`."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise FileNotFoundError("graphviz's dot is not on PATH; install graphviz (apt-get install graphviz)")
+    res = subprocess.run([dot, "-Tsvg"], input=dot_source, capture_output=True, text=True, timeout=60, check=False)
+    if res.returncode != 0 or res.stderr.strip():
+        raise RuntimeError(f"dot -Tsvg failed (exit {res.returncode}): {res.stderr.strip()}")
+    svg = res.stdout[res.stdout.index("<svg"):]
+    return re.sub(r"<!--.*?-->\n?", "", svg, flags=re.DOTALL).strip()
