@@ -51,6 +51,15 @@ class Claim:
     builds: list[str] = field(default_factory=list)
 
 
+def _failing_line(error: dict, source: str) -> str:
+    """The cell's line that raised, from IPython's traceback ("----> 5 check(...)"), else its first line."""
+    for frame in error.get("traceback", []):
+        m = re.search(r"^-+>\s*\d+\s(.*)$", _ANSI.sub("", frame), re.M)
+        if m:
+            return m[1].strip()[:100]
+    return next((line.strip() for line in source.splitlines() if line.strip()), "")[:100]
+
+
 def notebook_failures(notebook: dict, page: str) -> list[Claim]:
     """The cells of an executed notebook that raised, each with the nearest heading above it.
 
@@ -59,12 +68,16 @@ def notebook_failures(notebook: dict, page: str) -> list[Claim]:
     >>> md = lambda text: {"cell_type": "markdown", "source": text, "metadata": {}}
     >>> code = lambda src, *outs, tags=(): {"cell_type": "code", "source": src, "outputs": list(outs),
     ...                                      "metadata": {"tags": list(tags)}}
-    >>> err = {"output_type": "error", "ename": "AssertionError", "evalue": "no longer holds", "traceback": []}
+    >>> err = {"output_type": "error", "ename": "AssertionError", "evalue": "no longer holds",
+    ...        "traceback": ["\\x1b[31mAssertionError\\x1b[39m  Traceback", "Cell In[2], line 2\\n      1 y = 2\\n"
+    ...                      "\\x1b[32m----> \\x1b[39m\\x1b[32m2\\x1b[39m assert x == 2, 'no longer holds'\\n"]}
     >>> nb = {"cells": [md("# Title\\n\\n## Sizes"), code("x = 1"), md("## Versions\\n```\\n# not a heading\\n```"),
-    ...                 code("assert x == 2, 'no longer holds'", err),
+    ...                 code("y = 2\\nassert x == 2, 'no longer holds'", err),
     ...                 code("1 / 0", {**err, "ename": "ZeroDivisionError"}, tags=["raises-exception"])]}
     >>> notebook_failures(nb, "claim.md")
     [Claim(page='claim.md', section='Versions', cell="assert x == 2, 'no longer holds'", error='AssertionError', message='no longer holds', builds=[])]
+    >>> notebook_failures({"cells": [code("y = 2\\n1 / 0", {**err, "traceback": []})]}, "p.md")[0].cell
+    'y = 2'
     """
     out, section = [], ""
     for cell in notebook.get("cells", []):
@@ -82,8 +95,7 @@ def notebook_failures(notebook: dict, page: str) -> list[Claim]:
             continue
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                first = next((line for line in source.splitlines() if line.strip()), "")
-                out.append(Claim(page, section, first.strip()[:100], output.get("ename", ""),
+                out.append(Claim(page, section, _failing_line(output, source), output.get("ename", ""),
                                  _ANSI.sub("", output.get("evalue", "")).strip()))
     return out
 
@@ -145,7 +157,7 @@ def render_report(candidate: str, releases: list[str], claims: list[Claim], held
     <BLANKLINE>
     ## Failing claims
     <BLANKLINE>
-    | page | section | fails on | seen by the builds on | claim (the assert's message) | seen on each release | cell |
+    | page | section | fails on | seen by the builds on | claim (the assert's message) | seen on each release | the line that raised |
     |---|---|---|---|---|---|---|
     | claim.md | Versions | torch 2.14.1 | 2.14.1, 2.15.0 | AssertionError: the minor is 15 | torch 2.15.0: 15; torch 2.14.1: 14 | `check_each_release(...)` |
     <BLANKLINE>
@@ -166,7 +178,7 @@ def render_report(candidate: str, releases: list[str], claims: list[Claim], held
     if claims:
         lines += ["## Failing claims", "",
                   "| page | section | fails on | seen by the builds on | claim (the assert's message) "
-                  "| seen on each release | cell |",
+                  "| seen on each release | the line that raised |",
                   "|---|---|---|---|---|---|---|"]
         for c in claims:
             claim, seen = _seen(c.message)
