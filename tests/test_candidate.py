@@ -28,7 +28,7 @@ CANDIDATE, LISTED = "2.14.1", "2.15.0"
 
 CLAIM = page(
     "Claim",
-    "values = [1, 2, 3]\nassert sum(values) == 6, 'the sum of 1, 2 and 3 is 6'",
+    "values = [1, 2, 3]\nassert sum(values) == 6, 'the sum of 1, 2 and 3 is 6'\nprint(values)",
     """\
 import torch
 from explainers.releases import check_each_release, on_each_release
@@ -42,7 +42,7 @@ check_each_release("torch's minor version is 15 or newer", seen, lambda rel, v: 
 CLAIM = CLAIM.replace("```{code-cell} ipython3\nvalues", "## Sizes\n\n```{code-cell} ipython3\nvalues")
 CLAIM = CLAIM.replace("```{code-cell} ipython3\nimport torch", "## Versions\n\n```{code-cell} ipython3\nimport torch")
 CLAIM = CLAIM.replace("```{code-cell} ipython3\nassert torch", "### This build\n\n```{code-cell} ipython3\nassert torch")
-FINE = page("Fine", "values = [1, 2, 3]\nassert sum(values) == 6, 'the sum of 1, 2 and 3 is 6'")
+FINE = page("Fine", "values = [1, 2, 3]\nassert sum(values) == 6, 'the sum of 1, 2 and 3 is 6'\nprint(values)")
 
 
 def _python(release: str) -> str:
