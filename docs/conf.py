@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -33,6 +34,8 @@ extensions = [
     "release_records",  # the Versions page is re-read every build: it reports the other releases
     "exact_streams",  # printed output shown as written, not as the kernel's flushes happened to cut it
     "notebook_downloads",  # each executed page's notebook, to download, with how to run it first
+    "sphinx_sitemap",  # sitemap.xml: every page under html_baseurl, for search engines
+    "notfound.extension",  # 404.html: what GitHub Pages serves for a missing address
 ]
 
 exclude_patterns = [
@@ -104,3 +107,48 @@ copybutton_selector = "div:not(.output) > div.highlight pre"
 copybutton_exclude = ".linenos, .gp, .go"
 
 graphviz_output_format = "svg"
+
+# -- publishing ---------------------------------------------------------------------
+# Where the site is published: the one setting every absolute URL derives from
+# (the canonical link of each page, sitemap.xml, the 404 page's links).  The deploy
+# workflow (.github/workflows/docs.yml) sets it to the GitHub Pages address of the
+# repository; a local build uses the default.  It must end with "/".
+html_baseurl = os.environ.get("TORCH_EXPLAINERS_BASEURL",
+                              "https://torch-explainers.github.io/torch-explainers/")
+if not html_baseurl.endswith("/"):
+    raise ValueError(f"TORCH_EXPLAINERS_BASEURL must end with '/': {html_baseurl!r}")
+# Pages are at the site's root, one language and one version: no "{lang}{version}" in the URLs.
+sitemap_url_scheme = "{link}"
+sitemap_excludes = ["search.html", "genindex.html", "404.html"]
+# GitHub Pages serves 404.html at whatever address was missing, at any depth, so its links
+# and assets are absolute paths under the base path ("/torch-explainers/"), not relative.
+notfound_urls_prefix = urlparse(html_baseurl).path
+notfound_context = {
+    "title": "Page not found",
+    "body": ("<h1>Page not found</h1>\n<p>There is no page at this address. "
+             f'Start again from <a href="{notfound_urls_prefix}index.html">the index of '
+             "torch-explainers</a>, or search the site.</p>\n"),
+}
+
+
+def _sitemap_in_page_order(app, exception) -> None:
+    """sphinx-sitemap 2.9 lists pages in the order the (parallel) writers reached them;
+    sorted, sitemap.xml is the same on every build (tests/test_determinism.py)."""
+    import queue
+
+    links = getattr(app.env.app, "sitemap_links", None)
+    if exception is not None or links is None:
+        return
+    found = []
+    while True:
+        try:
+            found.append(links.get_nowait())
+        except queue.Empty:
+            break
+    for item in sorted(found, key=lambda item: item[0]):
+        links.put(item)
+
+
+def setup(app):
+    # Before sphinx-sitemap's own build-finished handler (priority 500) writes the file.
+    app.connect("build-finished", _sitemap_in_page_order, priority=400)

@@ -7,6 +7,13 @@ by ``nox``.  :func:`run_under` calls a function of this package in another
 release's environment and returns its (JSON) result, so one page can show what
 two releases do side by side.
 
+A release not listed yet can be tried as a *candidate*: ``$TORCH_EXPLAINERS_CANDIDATE``
+(set by ``nox -s candidate -- X.Y.Z`` for its builds only) adds it to ``SUPPORTED``
+in its place by version, so stamps, :func:`run_under` and :func:`env_python` take it;
+``PRIMARY``, the release the site is published with, stays the first listed one.
+An assertion that compares releases names the release it fails on:
+:func:`check_each_release`.
+
 >>> SUPPORTED[0] == PRIMARY
 True
 >>> env_python("2.14.1").parts[-3:]
@@ -17,21 +24,74 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PRIMARY", "SUPPORTED", "ReleaseNotProvisioned", "cache_root", "env_python", "on_each_release",
-           "release_of", "run_under"]
+__all__ = ["CANDIDATE_ENV", "PRIMARY", "SUPPORTED", "ReleaseNotProvisioned", "cache_root",
+           "candidate", "check_each_release", "env_python", "on_each_release", "release_of", "run_under",
+           "with_candidate"]
 
 SUPPORTED: tuple[str, ...] = (
     "2.15.0",
     "2.14.1",
 )
 PRIMARY = SUPPORTED[0]
+# The variable that adds a candidate release (``nox -s candidate`` sets it for its builds).
+CANDIDATE_ENV = "TORCH_EXPLAINERS_CANDIDATE"
+_LISTED = SUPPORTED
 
 _ROOT = Path(__file__).resolve().parents[1]
+_RELEASE = re.compile(r"\d+\.\d+\.\d+")
+
+
+def _newest_first(release: str) -> tuple[int, ...]:
+    return tuple(-int(part) for part in release.split("."))
+
+
+def with_candidate(listed: tuple[str, ...], release: str | None) -> tuple[str, ...]:
+    """``listed`` with ``release`` added in its place by version, newest first.
+
+    >>> with_candidate(("2.15.0", "2.14.1"), "2.16.0")
+    ('2.16.0', '2.15.0', '2.14.1')
+    >>> with_candidate(("2.15.0",), "2.14.1")
+    ('2.15.0', '2.14.1')
+    >>> with_candidate(("2.15.0", "2.14.1"), None)
+    ('2.15.0', '2.14.1')
+    >>> with_candidate(("2.15.0",), "2.16")
+    Traceback (most recent call last):
+    ...
+    ValueError: a candidate release is X.Y.Z, not '2.16'
+    """
+    if not release or release in listed:
+        return tuple(listed)
+    if not _RELEASE.fullmatch(release):
+        raise ValueError(f"a candidate release is X.Y.Z, not {release!r}")
+    return tuple(sorted((*listed, release), key=_newest_first))
+
+
+def candidate() -> str | None:
+    """The candidate release named by ``$TORCH_EXPLAINERS_CANDIDATE`` (read at each call, so
+    ``nox`` can set it after importing this module), or ``None``.
+
+    >>> os.environ[CANDIDATE_ENV] = "2.16.0"
+    >>> candidate(), _supported()
+    ('2.16.0', ('2.16.0', '2.15.0', '2.14.1'))
+    >>> del os.environ[CANDIDATE_ENV]
+    >>> candidate() is None
+    True
+    """
+    release = os.environ.get(CANDIDATE_ENV) or None
+    return None if release in _LISTED else release
+
+
+def _supported() -> tuple[str, ...]:
+    return with_candidate(_LISTED, candidate())
+
+
+SUPPORTED = _supported()
 
 
 class ReleaseNotProvisioned(RuntimeError):
@@ -50,8 +110,9 @@ def cache_root() -> Path:
 
 
 def _check(release: str) -> str:
-    if not isinstance(release, str) or release not in SUPPORTED:
-        raise ValueError(f"{release!r} is not a supported torch release; supported: {', '.join(SUPPORTED)}")
+    supported = _supported()
+    if not isinstance(release, str) or release not in supported:
+        raise ValueError(f"{release!r} is not a supported torch release; supported: {', '.join(supported)}")
     return release
 
 
@@ -136,6 +197,32 @@ def on_each_release(target: str, *args: Any, here: Any = None, **kwargs: Any) ->
         else:
             out[release] = None
     return out
+
+
+def check_each_release(claim: str, seen: dict[str, Any], holds: Any) -> None:
+    """Assert ``claim`` on each release's value in ``seen`` (release -> what it did); the
+    ``AssertionError`` names every release it fails on and the value seen on each release,
+    so a build on any release blames the right one (``nox -s candidate`` reports both).
+
+    ``holds(release, value)`` says whether the claim holds for that release's value.  A
+    value ``None`` (a release not built on this machine, see :func:`on_each_release`) is
+    not checked.
+
+    >>> check_each_release("the sum is 6", {"2.15.0": 6, "2.14.1": 6}, lambda r, v: v == 6)
+    >>> check_each_release("the sum is 6", {"2.15.0": 6, "2.14.1": 7}, lambda r, v: v == 6)
+    Traceback (most recent call last):
+    ...
+    AssertionError: the sum is 6 [fails on torch 2.14.1; seen: torch 2.15.0: 6; torch 2.14.1: 7]
+    """
+    broke = [r for r, v in seen.items() if v is not None and not holds(r, v)]
+    if broke:
+        values = "; ".join(f"torch {r}: {_short(v)}" for r, v in seen.items())
+        raise AssertionError(f"{claim} [fails on torch {', '.join(broke)}; seen: {values}]")
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _child() -> None:

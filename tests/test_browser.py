@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import pytest
 from gate_figures import record
+from siteconf import base_path
 from sourceblocks import copyable_blocks
 
 pytestmark = pytest.mark.browser
@@ -63,6 +64,14 @@ def source_of(page: str) -> Path | None:
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+    def translate_path(self, path):
+        # The 404 page's links are absolute paths under the published base path (GitHub Pages
+        # serves it at any missing address): the site is served there too, as Pages serves it.
+        prefix = base_path()
+        if path.startswith(prefix):
+            path = "/" + path[len(prefix):]
+        return super().translate_path(path)
 
 
 @pytest.fixture(scope="module")

@@ -74,3 +74,39 @@ def test_the_matrix_reports_each_release_from_its_record(tmp_path):
     (tmp_path / "2.14.1" / "record.json").write_text('{"torch": "2.14.1"}')
     with pytest.raises(ValueError, match="not a release record"):
         read_records(tmp_path)
+
+
+def _releases_in_child(env: dict[str, str], code: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k != "TORCH_EXPLAINERS_CANDIDATE"}
+    full.update({"PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env})
+    proc = subprocess.run([sys.executable, "-c", "from explainers import releases as r\n" + code],
+                          env=full, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_a_candidate_joins_the_supported_releases_of_its_process_only():
+    code = "print(*r.SUPPORTED, r.PRIMARY, r.env_python('2.99.0').parent.parent.name)"
+    assert _releases_in_child({"TORCH_EXPLAINERS_CANDIDATE": "2.99.0"}, code).split() == [
+        "2.99.0", *SUPPORTED, PRIMARY, "env-2.99.0"]
+    # An older candidate takes its place by version; the published release stays the primary.
+    assert _releases_in_child({"TORCH_EXPLAINERS_CANDIDATE": "2.0.0"}, "print(*r.SUPPORTED, r.PRIMARY)").split() == [
+        *SUPPORTED, "2.0.0", PRIMARY]
+    # Without the variable, the candidate is no release at all.
+    assert _releases_in_child({}, "import sys\ntry:\n    r.env_python('2.99.0')\nexcept ValueError as e:\n"
+                                  "    print(e)") == (
+        f"'2.99.0' is not a supported torch release; supported: {', '.join(SUPPORTED)}")
+
+
+def test_check_each_release_names_every_release_it_fails_on_and_what_each_did():
+    from explainers.releases import check_each_release
+
+    check_each_release("positive", {"2.15.0": 1, "2.14.1": None}, lambda rel, v: v > 0)  # None: not built here
+    with pytest.raises(AssertionError) as failed:
+        check_each_release("positive", {"2.16.0": -1, "2.15.0": 1, "2.14.1": -2}, lambda rel, v: v > 0)
+    assert str(failed.value) == ("positive [fails on torch 2.16.0, 2.14.1; seen: torch 2.16.0: -1; "
+                                 "torch 2.15.0: 1; torch 2.14.1: -2]")

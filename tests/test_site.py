@@ -10,6 +10,7 @@ from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
 from gate_figures import record
+from siteconf import base_path, base_url
 
 pytestmark = pytest.mark.site
 
@@ -43,7 +44,8 @@ class Links(HTMLParser):
         for attr in ("src", "srcset", "data", "poster"):
             if a.get(attr):
                 self.resources.append((tag, a[attr]))
-        if tag == "link" and a.get("href"):
+        # A canonical link (html_baseurl) names the page's published address; no browser fetches it.
+        if tag == "link" and a.get("href") and a.get("rel") != "canonical":
             self.resources.append((tag, a["href"]))
 
 
@@ -129,7 +131,11 @@ def test_internal_links_and_anchors_resolve(site):
                 continue
             checked += 1
             path, frag = urldefrag(href)
-            target = (page.parent / unquote(path)).resolve() if path else page
+            if path.startswith("/"):  # the 404 page's links: absolute paths under the published base path
+                under = path.startswith(base_path())
+                target = (site / unquote(path[len(base_path()):])).resolve() if under else site / "missing"
+            else:
+                target = (page.parent / unquote(path)).resolve() if path else page
             if target.is_dir():
                 target = target / "index.html"
             if not target.exists():
@@ -221,3 +227,43 @@ def test_every_image_says_what_it_shows(site):
     offenders = {p.name: bad for p in html_pages(site)
                  if (bad := images_without_alt_text(p.read_text(encoding="utf-8")))}
     assert offenders == {}, f"images without alt text (add :alt: to the glue:figure): {offenders}"
+
+
+# What sphinx-sitemap leaves out (docs/conf.py's sitemap_excludes): no content of their own.
+NOT_IN_SITEMAP = {"search.html", "genindex.html", "404.html"}
+
+
+def test_sitemap_lists_every_page_under_the_base_url(site):
+    import xml.etree.ElementTree as ET
+
+    ns = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
+    locs = [e.text for e in ET.parse(site / "sitemap.xml").getroot().findall("s:url/s:loc", ns)]
+    pages = [p.relative_to(site).as_posix() for p in html_pages(site)]
+    assert locs == sorted(base_url() + p for p in pages if p not in NOT_IN_SITEMAP), (
+        f"sitemap.xml must list every page under {base_url()}, sorted, once: {locs}")
+    assert len(locs) >= len(executed_pages()) + 1
+    # The same setting names each page's canonical address.
+    html = (site / "index.html").read_text(encoding="utf-8")
+    assert f'<link rel="canonical" href="{base_url()}index.html" />' in html
+
+
+def test_notfound_page_links_back_to_the_index_from_any_depth(site):
+    page = site / "404.html"
+    assert page.is_file(), "no 404.html: sphinx-notfound-page did not run"
+    links = parse(page)
+    prefix = base_path()
+    assert prefix.startswith("/") and prefix.endswith("/")
+    html = page.read_text(encoding="utf-8")
+    article = html[html.index("<article"):html.index("</article>")]
+    assert "<h1>Page not found</h1>" in article and f'href="{prefix}index.html"' in article, (
+        f"the 404 page's text does not say so and link to {prefix}index.html")
+    # GitHub Pages serves it at any missing address, at any depth: every local link and asset
+    # must be absolute under the base path, and name a file of the site.
+    local = [u for u in [*links.hrefs, *(u for _, u in links.resources)]
+             if not urlparse(u).scheme and not u.startswith(("#", "//", "mailto:"))]
+    relative = [u for u in local if not u.startswith(prefix)]
+    assert relative == [], f"404.html has links that break below the site's root: {relative}"
+    files = {u: site / unquote(urlparse(u).path[len(prefix):]) for u in local}
+    missing = [u for u, f in files.items() if not (f.is_file() or (f / "index.html").is_file())]
+    assert missing == [], f"404.html links to files the site does not have: {missing}"
+    assert len(local) > 10, "404.html has the theme's assets and navigation"
