@@ -350,6 +350,7 @@ def candidate(session: nox.Session) -> None:
         built = releases.with_candidate(listed, release)
     except ValueError as e:
         session.error(str(e))
+    ensure_programs(session, prerequisites.DOCS)
     # From here on explainers.releases (env_python, ensure_env) accepts the candidate.
     os.environ[releases.CANDIDATE_ENV] = release
     for r in built:
