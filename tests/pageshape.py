@@ -277,6 +277,7 @@ def run_visible(text: str, cwd: Path, env: dict[str, str], timeout: int = 300) -
         failed = next((c for c, n in zip(cells, nb.cells, strict=True)
                        if any(o.get("output_type") == "error" for o in n.get("outputs", []))), None)
         where = f"the visible cell at line {failed.line}" if failed else "a visible cell"
-        lines = [line for line in str(e).splitlines() if line.strip()]
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the traceback's terminal colours
+        lines = [line for line in plain.splitlines() if line.strip()]
         return ran - 1, f"{where}: {lines[-1] if lines else e}"
     return len(cells), None
