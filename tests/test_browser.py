@@ -341,6 +341,7 @@ _SHAPES: dict[str, dict] = {}
 
 def shape_of(browser, base_url, page: str) -> dict:
     """``shape_figures`` of a site page at 1400 x 1000, measured once per run and recorded."""
+    assert (SITE / page).is_file(), f"{page} is not in the built site: run `nox -s docs`"
     if page not in _SHAPES:
         visit = Visit(browser, base_url, viewport=DESKTOP)
         try:
