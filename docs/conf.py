@@ -72,6 +72,13 @@ nb_merge_streams = True
 # Anything a cell writes to stderr is a warning, and so (under -W) an error:
 # warnings never leak onto a published page unnoticed.
 nb_output_stderr = "warn"
+# The page shape (README, "How to add a page"): a section's checks (asserts, `glue`, quoted
+# torch source) run in cells tagged `hide-input`, folded under this label; they still run and
+# fail the build.  MyST-NB 1.4 puts one label on every fold and replaces `{type}` with what it
+# hides (source, output, outputs, content); a cell that folds something else (a `hide-output`
+# cell) names its own fold in its metadata: `mystnb: {code_prompt_show: "Show ..."}`.
+nb_code_prompt_show = "Checks behind this section"
+nb_code_prompt_hide = "Hide the checks behind this section"
 # No page is excluded from execution today.  Add entries as
 # "pattern",  # one-line reason
 nb_execution_excludepatterns: list[str] = []

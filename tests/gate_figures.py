@@ -68,6 +68,38 @@ def summary(rows: list[dict]) -> list[str]:
     if "copy" in by:
         lines.append(f"copy buttons:             {len(by['copy'])} pages: "
                      + "; ".join(f"{r['name']} {r['result']}" for r in by["copy"]))
+    if "shape" in by:
+        rows = by["shape"]
+        on_top = [r for r in rows if r["in_short"] and r["in_short"]["top"] < 1000]
+        over = [r for r in rows if r["checks"] > 0.10]
+        lines.append(f"page shape (1400 x 1000): {len(rows) - len(over)} of {len(rows)} pages with visible "
+                     f"assert+glue lines <= 10 %; {len(on_top)} of {len(rows)} with In short on the first "
+                     "screen; folds closed:")
+        lines.extend(f"  {_shape_line(r)}" for r in rows)
+    if "tables" in by:
+        for width in sorted({r["width"] for r in by["tables"]}, reverse=True):
+            rows = [r for r in by["tables"] if r["width"] == width]
+            bad = [r for r in rows if r["broken"]]
+            lines.append(f"tables at {width} px:{' ' * (10 - len(str(width)))}"
+                         f"{sum(r['tables'] for r in rows)} tables on {len(rows)} pages, "
+                         f"{sum(r['broken'] for r in rows)} words broken over lines"
+                         + (" (" + "; ".join(f"{r['page']} {r['broken']}: {', '.join(r['examples'])}"
+                                             for r in bad) + ")" if bad else ""))
+    if "copyrule" in by:
+        checks = [r for r in by["copyrule"] if r["name"].startswith("checks:")]
+        runs = [r for r in by["copyrule"] if r["name"].startswith("run:")]
+        if checks:
+            bad = [r for r in checks if r["with_checks"]]
+            lines.append(f"copy rule:                {len(checks) - len(bad)} of {len(checks)} pages whose visible "
+                         "cells hold no assert or glue"
+                         + (" (" + ", ".join(f"{r['page']} {r['with_checks']} of {r['visible']} cells, "
+                                            f"{r['lines']} lines" for r in bad) + ")" if bad else ""))
+        if runs:
+            bad = [r for r in runs if r["error"]]
+            lines.append(f"copy rule, fresh kernel:  {len(runs) - len(bad)} of {len(runs)} pages whose visible "
+                         "cells run in order alone"
+                         + (" (" + "; ".join(f"{r['page']}: {r['ran']} of {r['visible']} ran, then "
+                                            f"{r['error'][:120]}" for r in bad) + ")" if bad else ""))
     if "search" in by:
         lines.append(f"search (offline):         {len(by['search'])} pages found: "
                      + ", ".join(f"{r['name']} by {r['term']!r}" for r in by["search"]))
@@ -75,6 +107,20 @@ def summary(rows: list[dict]) -> list[str]:
         for r in by.get(group, []):
             lines.append(f"{group + ':':26}{r['result']}")
     return lines
+
+
+def _shape_line(r: dict) -> str:
+    """One page's shape figures.
+
+    >>> _shape_line({"name": "render.html", "checks": 0.25, "asserts": 20, "glues": 5, "quotes": 3,
+    ...              "code": 100, "machinery": 0.28, "height": 12345, "in_short": None})
+    'render.html       checks 25 % (20 assert + 5 glue of 100 visible lines; with 3 quoting: 28 %), height 12,345 px, In short: none'
+    """
+    where = r["in_short"]
+    at = "none" if where is None else f"top at {where['top']:,} px"
+    return (f"{r['name']:17} checks {r['checks'] * 100:.0f} % ({r['asserts']} assert + {r['glues']} glue "
+            f"of {r['code']} visible lines; with {r['quotes']} quoting: {r['machinery'] * 100:.0f} %), "
+            f"height {r['height']:,} px, In short: {at}")
 
 
 if __name__ == "__main__":
