@@ -6,11 +6,11 @@ import torch
 
 from explainers.precision.accumulation import (
     accumulator_table,
-    bf16_sum_thread_partials,
     cancellation_data,
     emulated_dot_error,
     header_acc_types,
     probe_accumulator,
+    product_data,
     running_sum,
     ulp,
 )
@@ -47,6 +47,16 @@ def test_probe_distinguishes_accumulators():
     assert probe_accumulator("cumsum[-1]", torch.float32).verdict == "wider"
     assert probe_accumulator("sum", torch.float32).verdict == "same"
     assert probe_accumulator("sum", torch.float16).verdict == "wider"
+    # prod multiplies in the input dtype; cumprod does not.
+    assert probe_accumulator("prod", torch.bfloat16).verdict == "same"
+    assert probe_accumulator("cumprod[-1]", torch.bfloat16).verdict == "wider"
+
+
+def test_product_data_stays_near_one():
+    x = product_data(torch.float16, 2000)
+    assert 0.1 < x.double().prod().item() < 10
+    with pytest.raises(ValueError, match="n must be"):
+        product_data(torch.float16, 0)
 
 
 def test_probe_rejects_unknown():
@@ -67,18 +77,6 @@ def test_emulated_dot_error():
     assert e["fp32_accumulator"] < e["exact, rounded to bf16"] <= e["fp32_accumulator, rounded to bf16"] + 1e-9
     with pytest.raises(ValueError, match="k and size"):
         emulated_dot_error(k=0)
-
-
-def test_bf16_sum_rounds_per_thread_partials():
-    import torch as _t
-
-    before = _t.get_num_threads()
-    r2 = bf16_sum_thread_partials(2, trials=20)
-    assert _t.get_num_threads() == before
-    assert r2["partials_rounded"] == 20 > r2["rounded_once"]
-    assert bf16_sum_thread_partials(1, trials=5)["rounded_once"] == 5
-    with pytest.raises(ValueError, match="thread count"):
-        bf16_sum_thread_partials(0)
 
 
 def test_header_acc_types_reads_the_table_not_the_comment():

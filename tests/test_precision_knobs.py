@@ -1,5 +1,6 @@
 """Tests of explainers.precision.knobs (knobs_restored, the fp32_precision tree) and .knob_effects."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from explainers.precision.knobs import (
     fp32_precision_tree,
     knobs_restored,
 )
+from explainers.releases import SUPPORTED, env_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,3 +169,35 @@ def test_legacy_getter_raises_in_exactly_three_combinations():
     # knobs_restored put everything back
     assert legacy_matmul_precision() == "highest"
     assert torch.backends.cuda.matmul.fp32_precision == "none"
+
+
+_LEGACY_FLAGS_CHILD = """
+import torch
+from explainers.precision.knobs import fp32_precision_tree
+b = torch.backends
+b.cuda.matmul.allow_tf32 = True
+t = fp32_precision_tree()
+print(t["cuda.matmul"], t["mkldnn.matmul"], torch.get_float32_matmul_precision())
+b.cuda.matmul.allow_tf32 = False
+b.cudnn.allow_tf32 = False
+b.fp32_precision = "tf32"
+print(fp32_precision_tree()["cuda.conv"])
+try:
+    b.cudnn.allow_tf32
+except RuntimeError as exc:
+    print("raises" if "mix of the legacy and new APIs" in str(exc) else "other")
+"""
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_legacy_allow_tf32_flags(release):
+    # knobs.py's comment: cuda.matmul.allow_tf32 writes the legacy value and cuda.matmul only;
+    # cudnn.allow_tf32 keeps a field of its own, which the tree's root does not update, so
+    # after the root says tf32 the two disagree and the legacy getter raises.
+    import subprocess
+
+    out = subprocess.run(
+        [str(env_python(release)), "-c", _LEGACY_FLAGS_CHILD], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    ).stdout.split()
+    assert out == ["tf32", "none", "high", "tf32", "raises"]

@@ -9,6 +9,8 @@ Submodules, one job each:
 - :mod:`.knobs` reads the ``fp32_precision`` tree and puts every precision knob back
   (``knobs_restored``);
 - :mod:`.knob_effects` measures what the matmul knobs do on CPU;
+- :mod:`.knob_actions` tabulates what each precision action writes, reports and changes;
+- :mod:`.threads` measures whether bf16/fp16 reductions depend on the thread count;
 - :mod:`.collectives` all-reduces bf16 gradients in a simulated world, communicating in bf16
   or fp32;
 - :mod:`.fsdp_launch` launches FSDP2 on real gloo ranks and reports what reduced the gradients;

@@ -12,13 +12,11 @@ answer once to the output dtype would give.
 500.0
 """
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from explainers.checks import is_int
 from explainers.page.torchsource import installed_source
 
 __all__ = [
@@ -29,11 +27,11 @@ __all__ = [
     "HEADER_CPU_ACC",
     "header_acc_types",
     "cancellation_data",
+    "PRODUCT_OPS",
+    "product_data",
     "probe_accumulator",
     "accumulator_table",
     "emulated_dot_error",
-    "num_threads",
-    "bf16_sum_thread_partials",
 ]
 
 
@@ -120,6 +118,22 @@ def _cumsum_last(x):
     return x.cumsum(0)[-1]
 
 
+def _prod(x):
+    return x.prod()
+
+
+def _cumprod_last(x):
+    return x.cumprod(0)[-1]
+
+
+def _var(x):
+    return x.var()
+
+
+def _std(x):
+    return x.std()
+
+
 def _norm(x):
     return torch.linalg.vector_norm(x)
 
@@ -133,15 +147,23 @@ def _mm(x):
 
 
 #: The reductions probed, with their exact (fp64) counterpart applied to the same values.
+#: ``prod`` and ``cumprod[-1]`` run on :func:`product_data`, the rest on :func:`cancellation_data`.
 PROBE_OPS: dict[str, tuple[Callable, Callable]] = {
     "sum": (_sum, _sum),
     "mean": (_mean, _mean),
     "nansum": (_nansum, _nansum),
     "cumsum[-1]": (_cumsum_last, _sum),
+    "prod": (_prod, _prod),
+    "cumprod[-1]": (_cumprod_last, _prod),
+    "var": (_var, _var),
+    "std": (_std, _std),
     "linalg.vector_norm": (_norm, _norm),
     "dot": (_dot_ones, _sum),
     "mm": (_mm, _sum),
 }
+
+#: The ops whose probe multiplies instead of adding.
+PRODUCT_OPS = frozenset({"prod", "cumprod[-1]"})
 
 # C++ spellings in AccumulateType.h of the dtypes the probe uses.
 _CPP_DTYPES = {
@@ -215,8 +237,33 @@ def cancellation_data(dtype: torch.dtype, n: int, big: float, seed: int = 0) -> 
     return (sign * big + u).to(dtype)
 
 
+# n per dtype for the product probe: values 1 + 4 ulp(1) * v, v ~ U[-1, 1), whose running
+# product wanders around 1 (it neither overflows nor underflows) while every multiplication
+# in the input dtype rounds.
+_PRODUCT_N = {torch.bfloat16: 2000, torch.float16: 2000, torch.float32: 10_000}
+
+
+def product_data(dtype: torch.dtype, n: int, seed: int = 0) -> torch.Tensor:
+    """``n`` values in ``dtype`` within 4 ulps of 1 (``1 + 4 ulp(1) v``, ``v ~ U[-1, 1)``).
+
+    Their exact product (fp64 on the same values) stays near 1, so a product
+    accumulated in ``dtype`` rounds at every step while one accumulated wider
+    rounds once.
+
+    >>> import torch
+    >>> x = product_data(torch.bfloat16, 1000)
+    >>> bool(((x - 1).abs() <= 4 * 2**-7).all()), len(set(x.tolist())) > 4
+    (True, True)
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    g = torch.Generator().manual_seed(seed)
+    v = 2 * torch.rand(n, generator=g, dtype=torch.float64) - 1
+    return (1 + 4 * ulp(1.0, dtype) * v).to(dtype)
+
+
 def probe_accumulator(op: str, dtype: torch.dtype, seed: int = 0) -> AccProbe:
-    """Run ``op`` on :func:`cancellation_data` in ``dtype`` and measure its error in output ulps.
+    """Run ``op`` on its probe data (:func:`cancellation_data`, or :func:`product_data` for products) in ``dtype``; measure its error in output ulps.
 
     The exact answer comes from fp64 on the same (already rounded) values.  If
     the op accumulated in a wider type, its only error is the final rounding to
@@ -228,10 +275,12 @@ def probe_accumulator(op: str, dtype: torch.dtype, seed: int = 0) -> AccProbe:
     'wider'
     >>> probe_accumulator("cumsum[-1]", torch.float32).verdict
     'wider'
-    >>> probe_accumulator("prod", torch.float32)
+    >>> probe_accumulator("prod", torch.float16).verdict   # CPU prod multiplies in the input dtype
+    'same'
+    >>> probe_accumulator("median", torch.float32)
     Traceback (most recent call last):
     ...
-    ValueError: unknown op 'prod'; choose from ['sum', 'mean', 'nansum', 'cumsum[-1]', 'linalg.vector_norm', 'dot', 'mm']
+    ValueError: unknown op 'median'; choose from ['sum', 'mean', 'nansum', 'cumsum[-1]', 'prod', 'cumprod[-1]', 'var', 'std', 'linalg.vector_norm', 'dot', 'mm']
     """
     if op not in PROBE_OPS:
         raise ValueError(f"unknown op {op!r}; choose from {list(PROBE_OPS)}")
@@ -239,8 +288,12 @@ def probe_accumulator(op: str, dtype: torch.dtype, seed: int = 0) -> AccProbe:
         raise ValueError(
             f"dtype must be one of {[str(d) for d in _PROBE_DATA]} (nothing wider to compare with), got {dtype}"
         )
-    n, big = _PROBE_DATA[dtype]
-    x = cancellation_data(dtype, n, big, seed)
+    if op in PRODUCT_OPS:
+        n = _PRODUCT_N[dtype]
+        x = product_data(dtype, n, seed)
+    else:
+        n, big = _PROBE_DATA[dtype]
+        x = cancellation_data(dtype, n, big, seed)
     fn, exact_fn = PROBE_OPS[op]
     result = float(fn(x))
     exact = float(exact_fn(x.double()))
@@ -314,55 +367,3 @@ def emulated_dot_error(k: int = 4096, size: int = 32, seed: int = 0) -> dict[str
         "exact, rounded to bf16": float((ref.bfloat16().double() - ref).abs().max()),
         "torch.mm (bf16 out)": float(((a @ b).double() - ref).abs().max()),
     }
-
-
-@contextlib.contextmanager
-def num_threads(n: int) -> Iterator[None]:
-    """Run the body with ``torch.set_num_threads(n)``; restore the previous count on exit.
-
-    >>> import torch
-    >>> before = torch.get_num_threads()
-    >>> with num_threads(1):
-    ...     torch.get_num_threads()
-    1
-    >>> torch.get_num_threads() == before
-    True
-    """
-    if not is_int(n) or n < 1:
-        raise ValueError(f"thread count must be a positive int, got {n!r}")
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -> dict[str, int]:
-    """Compare CPU ``bf16.sum()`` run on ``threads`` threads with two models of it, over ``trials`` inputs.
-
-    * ``rounded_once``: the fp32 sum of all values, rounded once to bf16;
-    * ``partials_rounded``: ``threads`` equal chunks, each summed in fp32 and
-      rounded to bf16 (the output dtype), then the partials added and rounded.
-
-    Returns how many of the ``trials`` results each model reproduces bitwise.
-
-    >>> bf16_sum_thread_partials(1, trials=3, n=1000)
-    {'trials': 3, 'rounded_once': 3, 'partials_rounded': 3}
-    """
-    if not is_int(threads) or threads < 1:
-        raise ValueError(f"thread count must be a positive int, got {threads!r}")
-    if trials < 1 or n < threads:
-        raise ValueError(f"need trials >= 1 and n >= threads, got trials={trials}, n={n}")
-    chunk = -(-n // threads)
-    once = partials = 0
-    with num_threads(threads):
-        for seed in range(trials):
-            g = torch.Generator().manual_seed(seed)
-            x = torch.rand(n, generator=g, dtype=torch.float64).bfloat16()
-            got = x.sum()
-            f = x.float()
-            once += bool(got == f.sum().bfloat16())
-            parts = torch.stack([c.sum().bfloat16() for c in f.split(chunk)])
-            partials += bool(got == parts.float().sum().bfloat16())
-    return {"trials": trials, "rounded_once": once, "partials_rounded": partials}

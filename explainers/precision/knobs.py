@@ -259,10 +259,13 @@ def _save() -> _Saved:
 
 def _restore(saved: _Saved) -> list[str]:
     # The legacy setter writes the two matmul leaves; the tree restore that follows
-    # rewrites them.  The legacy allow_tf32 flags (torch.backends.cuda.matmul.allow_tf32,
-    # torch.backends.cudnn.allow_tf32) hold nothing of their own in 2.14.1 and 2.15.0: they
-    # read and
-    # write these same two settings.
+    # rewrites them.  torch.backends.cuda.matmul.allow_tf32 reads and writes the legacy
+    # value and the cuda.matmul leaf (not mkldnn.matmul), which this restores.
+    # torch.backends.cudnn.allow_tf32 is different: ATen keeps a field of its own for it
+    # (allow_tf32_cudnn in Context.h), and its setter also writes the cuDNN conv and rnn
+    # leaves, replacing their internal default.  That field is not saved here: a body that
+    # sets it has also replaced that default, which the restore reports as not restorable
+    # (tests/test_precision_knobs.py runs both flags in a fresh process, on 2.14.1 and 2.15.0).
     torch.set_float32_matmul_precision(saved.legacy)
     lost = _restore_tree(saved.tree)
     torch._C._set_cublas_allow_fp16_reduced_precision_reduction(*saved.fp16_reduction)
