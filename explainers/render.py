@@ -141,14 +141,25 @@ def render(
 
     >>> print(render(arange_nd(4000)))
        0     1     2   ...  3997  3998  3999
-    >>> print(render(arange_nd(8, 8, 8)))  # dim -3 keeps its first and last block
-      0    1    2  ...    5    6    7    ...    448  449  450  ...  453  454  455
-      8    9   10  ...   13   14   15    ...    456  457  458  ...  461  462  463
-     16   17   18  ...   21   22   23    ...    464  465  466  ...  469  470  471
-    ...  ...  ...  ...  ...  ...  ...    ...    ...  ...  ...  ...  ...  ...  ...
-     40   41   42  ...   45   46   47    ...    488  489  490  ...  493  494  495
-     48   49   50  ...   53   54   55    ...    496  497  498  ...  501  502  503
-     56   57   58  ...   61   62   63    ...    504  505  506  ...  509  510  511
+
+    3 x 10 x 40 is 1200 elements, over the default threshold of 1000: dim -3 keeps its
+    first and last block, the rows and the columns their first and last 3 (``edgeitems``):
+
+    >>> print(render(arange_nd(3, 10, 40)))
+       0     1     2   ...    37    38    39     ...     800   801   802   ...   837   838   839
+      40    41    42   ...    77    78    79     ...     840   841   842   ...   877   878   879
+      80    81    82   ...   117   118   119     ...     880   881   882   ...   917   918   919
+     ...   ...   ...   ...   ...   ...   ...     ...     ...   ...   ...   ...   ...   ...   ...
+     280   281   282   ...   317   318   319     ...    1080  1081  1082   ...  1117  1118  1119
+     320   321   322   ...   357   358   359     ...    1120  1121  1122   ...  1157  1158  1159
+     360   361   362   ...   397   398   399     ...    1160  1161  1162   ...  1197  1198  1199
+
+    ``threshold`` and ``edgeitems`` can be given instead of the print options:
+
+    >>> print(render(arange_nd(3, 4, 5), threshold=50, edgeitems=1))
+      0  ...    4    ...     40  ...   44
+    ...  ...  ...    ...    ...  ...  ...
+     15  ...   19    ...     55  ...   59
     >>> render([1.5, -2.0])
     Traceback (most recent call last):
     ...
@@ -210,9 +221,10 @@ def _as_array(tensor: Any) -> np.ndarray:
 
     if isinstance(tensor, torch.Tensor):
         t = tensor.detach()
-        if t.dtype == torch.float4_e2m1fn_x2:
-            # torch 2.14.1's printer shows this packed dtype's uint8 bytes (as floats), since it
-            # has no casts; do the same.
+        # getattr: a torch older than this packed dtype (added in 2025) has no such attribute.
+        if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
+            # torch's printer (2.14.1 and 2.15.0) shows this packed dtype's uint8 bytes (as
+            # floats), since it has no casts; do the same.
             t = t.view(torch.uint8).float()
         elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
             t = t.float()

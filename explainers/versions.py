@@ -5,8 +5,8 @@ Each page's claims are executed on every release in
 primary release; nox builds the others first and each of those builds records
 which pages it executed and whether their claims held (``record.json``, written
 by ``docs/_ext/strict_exec.py``).  :func:`matrix` turns those records into the
-page × release table.  :data:`DIFFERENCES` lists every behaviour difference the
-pages execute on both releases, each with the label of the section that shows
+page × release table.  :data:`DIFFERENCES` lists the behaviour differences the
+pages execute on both releases (a selection, not a changelog), each with the label of the section that shows
 it; the strict build fails on a label that does not exist.
 
 >>> rows = matrix(["render"], {"2.14.1": {"torch": "2.14.1", "pages": {"render": True}}},
@@ -68,6 +68,20 @@ DIFFERENCES: tuple[Difference, ...] = (
                "tensor: 2.14.1 raises RuntimeError, 2.15.0 NotImplementedError (a RuntimeError "
                "subclass), with the same message; on meta and fake tensors only nanmean changed, mean "
                "and var_mean raise RuntimeError on both and std, argmax and argmin do not refuse"),
+    Difference("versions", "versions-numerics",
+               "TORCHINDUCTOR_NUMERICS=strict: 2.15.0 turns emulate_precision_casts on with it, "
+               "2.14.1 leaves it off"),
+    Difference("versions", "versions-premul-sum",
+               "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM: 2.14.1 raises "
+               "NotImplementedError, 2.15.0 multiplies by the factor and sums"),
+    Difference("versions", "versions-fsdp2-mixed-grads",
+               "FSDP2 with grad_dtype=None on some parameters under param_dtype=bf16: 2.15.0 "
+               "reduce-scatters the mixed bf16 and fp32 gradients in the promoted dtype (fp32), "
+               "2.14.1 ignores grad_dtype and reduce-scatters bf16 (its foreach_reduce asserts a "
+               "uniform gradient dtype)"),
+    Difference("versions", "versions-integer-var",
+               "var of an integer tensor (like std, mean and var_mean): 2.14.1 raises RuntimeError, "
+               "2.15.0 NotImplementedError, with the same message"),
 )
 
 

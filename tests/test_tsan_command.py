@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explainers.allocator.tsan_command import main, set_torch, torch_folder
+from explainers.allocator.tsan_command import FLAGS, main, set_torch, torch_folder
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +36,88 @@ def test_run_compiles_a_racy_program_that_tsan_reports(tmp_path, monkeypatch):
     assert "race.cpp:" in proc.stderr  # -g1's line tables name the racing lines
 
 
-def test_the_export_line_finds_the_torch_of_the_interpreter_named(tmp_path):
-    # The line names the interpreter, found on PATH as the reader's shell would find it.
-    python = Path(sys.executable)
-    env = dict(os.environ, PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}")
-    script = f'{set_torch(python.name)}\nprintf "%s" "$TORCH"'
-    proc = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env,
+# A program that uses ATen: torch's headers need C++20 (ATen/ATen.h has an #error under
+# C++17), and the operators live in libtorch_cpu, not in libc10.
+ATEN = """\
+#include <ATen/ATen.h>
+#include <iostream>
+int main() {
+  at::Tensor a = at::ones({2, 3});
+  at::Tensor b = at::add(a, at::arange(6).view({2, 3}));
+  std::cout << b.sum().item<float>() << std::endl;
+  return 0;
+}
+"""
+
+
+def _printed_lines(tmp_path, source: str) -> tuple[str, str]:
+    """The two lines ``python tsan_command.py SOURCE`` prints, run by this interpreter."""
+    script = Path(__file__).resolve().parents[1] / "explainers" / "allocator" / "tsan_command.py"
+    proc = subprocess.run([sys.executable, "-I", str(script), source], cwd=tmp_path,
                           capture_output=True, text=True, check=True)
+    set_line, gxx_line = proc.stdout.splitlines()
+    return set_line, gxx_line
+
+
+def _shell_env() -> dict[str, str]:
+    # A PATH on which `python` is not this interpreter: the printed line must not depend on it.
+    return {k: v for k, v in os.environ.items() if k not in ("TORCH", "PYTHONPATH")} | {
+        "PATH": "/usr/bin:/bin"}
+
+
+def test_the_printed_lines_compile_and_run_an_aten_program(tmp_path):
+    (tmp_path / "aten.cpp").write_text(ATEN)
+    set_line, gxx_line = _printed_lines(tmp_path, "aten.cpp")
+    assert "-std=c++20" in gxx_line.split()
+    linked = gxx_line.replace(" -lc10 ", " -ltorch_cpu -lc10 ")
+    assert linked != gxx_line
+    proc = subprocess.run(["bash", "-e", "-c", f"{set_line}\n{linked}\n./aten"], cwd=tmp_path,
+                          env=_shell_env() | {"TSAN_OPTIONS": "halt_on_error=1"},
+                          capture_output=True, text=True, check=False, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "21\n"  # 6 ones plus 0 + 1 + ... + 5
+
+
+def test_aten_does_not_compile_as_cxx17(tmp_path):
+    # Why FLAGS says C++20: the same program, the standard switched back, fails in the headers.
+    (tmp_path / "aten.cpp").write_text(ATEN)
+    flags = [f for f in FLAGS if not f.startswith("-std=")]
+    proc = subprocess.run(["g++", "-std=c++17", *flags, "-fsyntax-only", f"-I{torch_folder() / 'include'}",
+                           "aten.cpp"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "C++20 or later compatible compiler is required to use ATen" in proc.stderr
+
+
+def test_the_set_line_asks_the_interpreter_that_ran_the_script(tmp_path):
+    set_line, _ = _printed_lines(tmp_path, "race.cpp")
+    assert set_line == set_torch(sys.executable)
+    proc = subprocess.run(["bash", "-e", "-c", f'{set_line}\nprintf "%s" "$TORCH"'], cwd=tmp_path,
+                          env=_shell_env(), capture_output=True, text=True, check=True)
     assert Path(proc.stdout) == torch_folder()
-    assert set_torch() == set_torch(python.name)
+
+
+def test_the_set_line_fails_loudly_without_torch(tmp_path):
+    # A Python without torch: the system's python3 run in isolated mode (no user site).
+    bare = tmp_path / "bare-python"
+    bare.write_text('#!/bin/sh\nexec /usr/bin/python3 -I -S "$@"\n')
+    bare.chmod(0o755)
+    script = f'{set_torch(str(bare))}\necho "status $?"; printf "[%s]" "${{TORCH-unset}}"'
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=_shell_env(),
+                          capture_output=True, text=True, check=False)
+    assert "ModuleNotFoundError: No module named 'torch'" in proc.stderr
+    assert proc.stdout.startswith("status 1\n")
+    # Not exported: a child shell sees no TORCH.
+    child = subprocess.run(["bash", "-c", f'{set_torch(str(bare))}; bash -c \'printf "%s" "${{TORCH-unset}}"\''],
+                           cwd=tmp_path, env=_shell_env(), capture_output=True, text=True, check=False)
+    assert child.stdout == "unset"
+
+
+def test_the_script_refuses_to_print_without_torch(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "explainers" / "allocator" / "tsan_command.py"
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-S", str(script), "race.cpp"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "torch is not installed in this Python" in proc.stderr
 
 
 def test_bad_arguments_print_the_usage(capsys):

@@ -16,7 +16,7 @@ never share a binary.
 
 >>> spec = BuildSpec("shipped", TorchInstall(Path("/t"), "2.14.1"))
 >>> print(spec.script())  # doctest: +NORMALIZE_WHITESPACE
-g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" harness.cpp
+g++ -std=c++20 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" harness.cpp
     -o harness-shipped -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
 """
 
@@ -168,7 +168,7 @@ class BuildSpec:
         mkdir -p overlay/ATen/core
         sed -E 's/std::atomic<([^>]*)> (allocated_|record_history_|context_recorder_|record_context_)\\{/PlainAtomic<\\1> \\2{/'
             "$TORCH/include/ATen/core/CachingHostAllocator.h" > overlay/ATen/core/CachingHostAllocator.h
-        g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -Ioverlay -I"$TORCH/include" harness.cpp
+        g++ -std=c++20 -fsanitize=thread -g1 -O1 -Wno-interference-size -Ioverlay -I"$TORCH/include" harness.cpp
             -o harness-atomics-removed -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
         """
         lines = []

@@ -3,53 +3,58 @@
 A whole program that needs only Python's standard library: it finds the torch
 package without importing it.  The command it prints needs an installed torch,
 whose wheel ships the C++ headers under ``include/`` and ``libc10`` under
-``lib/``.  The command names the torch folder as ``$TORCH``, never as a path, so
-the same line works on any machine once ``TORCH`` is set::
+``lib/``.  It compiles as C++20: torch's headers need it (``ATen/ATen.h``
+stops with ``#error C++20 or later compatible compiler is required`` in torch
+2.14.1 and 2.15.0, and ``c10/util/intrusive_ptr.h`` uses ``operator<=>``).
+The g++ line names the torch folder as ``$TORCH``, never as a path; the line
+before it sets ``TORCH`` with the interpreter that ran this script::
 
     python tsan_command.py race.cpp         # prints the line that sets TORCH, and the g++ line
     python tsan_command.py race.cpp --run   # runs the g++ line, TORCH set to the torch
                                             # this Python finds: race.cpp becomes ./race
 
 >>> print(compile_command("race.cpp"))
-g++ -std=c++17 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" race.cpp -o race -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
+g++ -std=c++20 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" race.cpp -o race -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 __all__ = ["FLAGS", "compile_command", "main", "set_torch", "torch_folder"]
 
+#: -std=c++20 is what torch's headers need (and what torch's own CMake config and
+#: torch.utils.cpp_extension use);
 #: -O1 keeps TSAN runs fast and stacks short (inlined frames still show);
 #: -g1 (line tables, no variable info) is all TSAN's symbolizer needs to name
 #: files and lines; -Wno-interference-size silences g++ 12's warning
 #: "use of 'std::hardware_destructive_interference_size' [-Winterference-size]",
 #: which torch's CachingHostAllocator.h gives at each of its alignas() of it.
-FLAGS = ("-std=c++17", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
+FLAGS = ("-std=c++20", "-fsanitize=thread", "-g1", "-O1", "-Wno-interference-size")
 
 
 def set_torch(python: str | None = None) -> str:
-    """A shell line that sets ``TORCH`` to the folder of the torch that ``python`` imports.
+    """A shell line that sets and exports ``TORCH``, the folder of the torch that ``python`` imports.
 
-    ``python`` defaults to the name (never the path) of the interpreter running
-    this script, so whoever ran ``python3 tsan_command.py`` gets ``python3``.
+    ``python`` defaults to the full path of the interpreter running this script,
+    so the line asks the Python that ran it, whatever ``python`` means in the
+    shell.  When that Python has no torch, it prints its ``ModuleNotFoundError``
+    and the line's status is 1, and ``TORCH`` is not exported (``export
+    TORCH="$(...)"`` would hide the failure and export an empty ``TORCH``).
 
-    >>> print(set_torch("python3"))
-    export TORCH="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
-    >>> set_torch("my python")
-    Traceback (most recent call last):
-    ...
-    ValueError: set_torch: 'my python' must be a command name without spaces or quotes
+    >>> print(set_torch("/opt/py/bin/python3"))
+    TORCH="$(/opt/py/bin/python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH
+    >>> print(set_torch("/opt/my py/python"))
+    TORCH="$('/opt/my py/python' -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH
     """
-    python = python or Path(sys.executable).name or "python3"
-    if any(c.isspace() or c in "'\"$`\\/" for c in python):
-        raise ValueError(f"set_torch: {python!r} must be a command name without spaces or quotes")
-    return (f'export TORCH="$({python} -c '
-            "'import os, torch; print(os.path.dirname(torch.__file__))')\"")
+    python = shlex.quote(python or sys.executable or "python3")
+    return (f'TORCH="$({python} -c '
+            "'import os, torch; print(os.path.dirname(torch.__file__))')\" && export TORCH")
 
 
 def torch_folder() -> Path:
@@ -101,13 +106,17 @@ def main(argv: list[str]) -> int:
         print("usage: python tsan_command.py FILE.cpp [--run]", file=sys.stderr)
         return 2
     command = compile_command(files[0])
+    try:
+        folder = torch_folder()
+    except ModuleNotFoundError as exc:
+        print(f"tsan_command.py: {exc}", file=sys.stderr)
+        return 1
     if not run:
-        # The folder is found by the shell that runs the command, not printed from this
-        # machine: the two lines are the same wherever torch is installed.
+        # The folder is found by the shell that runs the command, by asking this interpreter.
         print(f"{set_torch()}\n{command}")
         return 0
     # --run does not use the export line: TORCH is the torch this interpreter finds.
-    env = dict(os.environ, TORCH=str(torch_folder()))
+    env = dict(os.environ, TORCH=str(folder))
     return subprocess.run(["bash", "-e", "-c", command], env=env).returncode
 
 
