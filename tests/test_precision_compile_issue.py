@@ -26,6 +26,7 @@ def test_steps_graph_is_the_issue_graph():
         assert len(steps) == len(STEP_NAMES)
         assert torch.equal(steps[-1], issue_163449(*args))
         assert steps[1].dtype == torch.bfloat16 and steps[2].dtype == torch.float32
+        assert steps[2].shape == (4, 5, 2) and steps[3].shape == ()  # t6, then t7
 
 
 def test_settings_are_restored():
@@ -50,9 +51,9 @@ def test_summary_needs_runs():
 
 def test_summary_counts():
     same = SeedRun(0, 1144.0, 2.0, 2.0, 2.15, 2.1, 2.0, 2.15, ("t7 = t6.var()",), 1.0, True, 0.3,
-                   0.0, True, True)
+                   0.0, True, True, True)
     off = SeedRun(1, 1120.0, 2.0, 2.1, 1.8, 2.2, 2.0, 1.8, ("t7 = t6.var()", "pow(t4, t7)", "t11"),
-                  2.0, True, 0.2, 1.0, False, False)
+                  2.0, True, 0.2, 1.0, False, False, False)
     s = summarize_issue_runs([same, off])
     assert s.compiled_equal == 1 and s.step_differs["pow(t4, t7)"] == 1
     assert s.output_differs_only_with_inner_pow and s.t7_max_ulps == 2.0
@@ -60,12 +61,14 @@ def test_summary_counts():
     assert s.no_emulation_closer == 1  # 2.15 is closer to 2.1 than eager's 2.0; 1.8 to 2.2 is not
     # pow ulps only over seeds whose pow differs; one seed breaks "pow follows t7"
     assert s.pow_ulps_range == (1.0, 1.0) and not s.pow_follows_compiled_t7
-    assert s.eager_var_fp64_rounded == 1
+    assert s.eager_var_fp64_rounded == 1 and s.t6_fp32_welford == 1
+    # the first differing intermediate, in graph order, of each seed
+    assert s.first_differs["t7 = t6.var()"] == 2 and s.first_differs["pow(t4, t7)"] == 0
 
 
 def test_issue_runs_table():
     runs = [SeedRun(s, 1144.0, 2.0 + s, 2.0 + s, 0.123456789, 2.1, 2.0, 2.15, (), 0.0, True, 0.3,
-                    0.0, True, True) for s in (3, 4)]
+                    0.0, True, True, True) for s in (3, 4)]
     assert issue_runs_table(runs).splitlines() == [
         "| seed | eager | compiled, as filed | compiled, no emulation | fp64 |",
         "|---|---|---|---|---|",
@@ -77,7 +80,7 @@ def test_issue_runs_table():
 def test_t10_rest_max_is_the_largest_over_seeds():
     import torch
 
-    runs = [SeedRun(s, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+    runs = [SeedRun(s, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True, True)
             for s in range(4)]
     rests = []
     for s in range(4):
@@ -102,6 +105,8 @@ def test_issue_163449_on_cpu():
     # as filed (emulation on): no divergence of the issue's size, t3 and t4 equal
     assert s.compiled_max_rel < 1e-3
     assert s.step_differs["t3 = addmm"] == s.step_differs["t4 = t3.norm()"] == 0
+    # t6 is where they part, and it is the fp32 Welford recurrence
+    assert s.first_differs["t6 = t5.var(dim=0)"] == s.t6_fp32_welford == 8
     assert s.steps_final_matches and s.output_differs_only_with_inner_pow
     # emulation off: a gap of percents, and compile is eager with an fp32 norm
     assert s.no_emulation_rel[1] > 0.05 and s.no_emulation_vs_t4_fp32 < 1e-3

@@ -368,3 +368,18 @@ def test_gradient_divide_factors_bad_input():
         gradient_divide_factors(torch.float16, True)
     with pytest.raises(ValueError, match="factor must be a positive number"):
         gradient_divide_factors(torch.float16, 2, factor=0)
+
+
+def test_predivide_rule_is_fsdp2s_loop():
+    import pytest
+    import torch
+
+    from explainers.precision.fsdp_decision import gradient_divide_factors, predivide_rule
+
+    for n in range(1, 257):
+        f = gradient_divide_factors(torch.float16, n)
+        assert f["pre"] == predivide_rule(n), n
+        assert f["pre"] * f["post"] == n
+    assert [predivide_rule(n) for n in (3, 5, 7, 99)] == [2, 2, 2, 2]  # odd: always 2
+    with pytest.raises(ValueError, match="world_size"):
+        predivide_rule(0)

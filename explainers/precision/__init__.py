@@ -20,8 +20,10 @@ Submodules, one job each:
 - :mod:`.fsdp_tables` tabulates FSDP2 runs per policy and release;
 - :mod:`.topk_router` holds the two top-k router formulas (a self-contained file: torch only);
 - :mod:`.router` compares them in floating point;
+- :mod:`.router_ties` sweeps their expert choices over logit scales and isolates why they differ;
 - :mod:`.compile_rounding` shows eager rounding after every op and a fused kernel once;
-- :mod:`.compile_issue` runs pytorch/pytorch#163449 on CPU as filed.
+- :mod:`.compile_issue` runs pytorch/pytorch#163449's graph and settings on CPU;
+- :mod:`.compile_mechanism` switches off each cause of its eager/compile differences on its own.
 
 >>> from explainers.precision import accumulation
 >>> accumulation.PROBE_OPS["sum"][0].__name__

@@ -3,8 +3,9 @@
 #163449 is a torch.compile fuzzer report of an "8+% numerical difference
 between eager and compile" on CUDA, with ``emulate_precision_casts = True``
 already set.  :func:`run_issue_163449` runs its graph on CPU with its settings,
-compares eager and compiled against fp64, and finds the first intermediate
-that differs; it also runs it with emulation off.
+compares eager and compiled against fp64, and finds the intermediates that
+differ (all of them returned by :func:`issue_163449_steps`); it also runs it
+with emulation off.
 
 Everything here runs on CPU with Inductor's C++ backend (needs a C++ compiler).
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from explainers.page.tables import md_table
+from explainers.precision.compile_mechanism import fp32_welford_var
 from explainers.precision.compile_rounding import silence_cuda_home_warning
 
 __all__ = [
@@ -49,24 +51,20 @@ ISSUES: dict[int, dict[str, str]] = {
     163449: {
         "title": "[Fuzzer][Eager/Compile Divergence] 8+% numerical difference between eager and compile",
         "status": "closed",
-        "what": "CUDA, with `emulate_precision_casts = True` set. A bf16 `addmm` (5×1024 by "
-        "1024×4), its `norm()` (a bf16 scalar `t4`), then `pow(pow(t4, t7), t7 + t4 + relu(arg4))`, "
-        "where `t7 = var(var(x, dim=0))` comes from an independent fp32 input `x`. "
-        "The only numerics report of the three.",
+        "what": "CUDA, `emulate_precision_casts = True`: `pow(pow(t4, t7), t7 + t4 + relu(arg4))` of a "
+        "bf16 `norm()` `t4` and an fp32 `t7 = var(var(x, dim=0))`; the only numerics report.",
     },
     163457: {
         "title": "[Fuzzer][Eager/Compile Divergence] unsupported operand type(s) for divmod(): "
         "'SymInt' and 'int'",
         "status": "closed",
-        "what": "Dynamo fails on a dynamic-shape (`SymInt`) `divmod`: a compile failure, "
-        "not a numerics report.",
+        "what": "Dynamo fails on a dynamic-shape (`SymInt`) `divmod`: a compile failure.",
     },
     163420: {
         "title": "[Fuzzer][Eager/Compile Divergence] Inductor fails on "
         "`t2.fill_diagonal_(t1.item())` call",
         "status": "closed",
-        "what": "Inductor fails to compile `fill_diagonal_` with a value from `.item()`: a "
-        "compile failure, not a numerics report.",
+        "what": "Inductor fails to compile `fill_diagonal_` with an `.item()` value: a compile failure.",
     },
 }
 
@@ -98,8 +96,8 @@ def issue_163449(arg0, arg1, arg2, arg3, arg4):
 
 
 #: The intermediates :func:`issue_163449_steps` returns, in graph order.
-STEP_NAMES = ("t3 = addmm", "t4 = t3.norm()", "t7 = t6.var()", "t10 = t7 + t4 + t9",
-              "pow(t4, t7)", "t11")
+STEP_NAMES = ("t3 = addmm", "t4 = t3.norm()", "t6 = t5.var(dim=0)", "t7 = t6.var()",
+              "t10 = t7 + t4 + t9", "pow(t4, t7)", "t11")
 
 
 def issue_163449_steps(arg0, arg1, arg2, arg3, arg4):
@@ -112,26 +110,25 @@ def issue_163449_steps(arg0, arg1, arg2, arg3, arg4):
     """
     t3 = torch.addmm(arg0, arg1, arg2)
     t4 = t3.norm()
-    t7 = arg3.var(dim=0).var()
+    t6 = arg3.var(dim=0)
+    t7 = t6.var()
     t9 = torch.nn.functional.relu(arg4)
     t10 = t7 + t4 + t9
     p = torch.pow(t4, t7)
-    return t3, t4, t7, t10, p, torch.pow(p, t10)
+    return t3, t4, t6, t7, t10, p, torch.pow(p, t10)
 
 
 def issue_163449_inputs(seed: int, requires_grad: bool = True) -> list[torch.Tensor]:
     """The issue's five inputs, of its graph's shapes and dtypes: ``torch.rand`` from ``seed`` on CPU.
 
-    The fuzzer's template of the time draws inputs with unseeded
-    ``torch.rand(..., device='cuda', requires_grad=True)``; here a CPU
-    generator makes each seed reproducible.
+    The fuzzer's template draws unseeded ``torch.rand(..., device='cuda',
+    requires_grad=True)``; here a CPU generator makes each seed reproducible.
 
     >>> [(tuple(t.shape), t.dtype) for t in issue_163449_inputs(0)][:2]
     [((5, 4), torch.bfloat16), ((5, 1024), torch.bfloat16)]
     """
-    g = torch.Generator().manual_seed(seed)
-    spec = [((5, 4), torch.bfloat16), ((5, 1024), torch.bfloat16), ((1024, 4), torch.bfloat16),
-            ((3, 4, 5, 2), torch.float32), ((), torch.float32)]
+    g, bf, f = torch.Generator().manual_seed(seed), torch.bfloat16, torch.float32
+    spec = [((5, 4), bf), ((5, 1024), bf), ((1024, 4), bf), ((3, 4, 5, 2), f), ((), f)]
     return [torch.rand(s, generator=g, dtype=dt).requires_grad_(requires_grad) for s, dt in spec]
 
 
@@ -158,7 +155,7 @@ def issue_163449_settings(emulate_precision_casts: bool = True) -> Iterator[None
         yield
 
 
-def _tail(t4, t7, t9):
+def _tail(t4, t7, t9):  # the graph after t4, t7 and t9
     return torch.pow(torch.pow(t4, t7), t7 + t4 + t9)
 
 
@@ -195,6 +192,8 @@ class SeedRun:
     pow_follows_compiled_t7: bool
     #: eager ``t6`` and ``t7`` each equal the fp64 variance of their fp32 input, rounded to fp32
     eager_var_is_fp64_rounded: bool
+    #: the compiled ``t6`` equals :func:`~.compile_mechanism.fp32_welford_var` of ``arg3`` bit for bit
+    t6_is_fp32_welford: bool
 
     @staticmethod
     def rel(value: float, ref: float) -> float:
@@ -202,8 +201,8 @@ class SeedRun:
         return abs(value - ref) / abs(ref)
 
 
-def run_issue_163449(seeds: range | list[int], *,
-                     steps_code: list[str] | None = None) -> list[SeedRun]:
+def run_issue_163449(seeds: range | list[int], *, steps_code: list[str] | None = None,
+                     plain_code: list[str] | None = None) -> list[SeedRun]:
     """Run #163449's graph on CPU for each seed: eager, compiled as filed, without emulation, fp64.
 
     Three compiles, each after ``torch._dynamo.reset()`` (one compiled function
@@ -216,7 +215,8 @@ def run_issue_163449(seeds: range | list[int], *,
     fuzzer's template; only forward values are compared.  If ``steps_code`` is
     a list, the code Inductor generated for :func:`issue_163449_steps` is
     appended to it (``torch._inductor.utils.run_and_get_code``, a private
-    helper in torch 2.14.1).
+    helper in torch 2.14.1 and 2.15.0); ``plain_code`` likewise receives the
+    code of the compile without emulation.
     """
     import torch._dynamo
     from torch._inductor.utils import run_and_get_code
@@ -237,10 +237,11 @@ def run_issue_163449(seeds: range | list[int], *,
             cfn = torch.compile(fn, fullgraph=True, dynamic=True)
             for s in seeds:
                 args = [t.detach().requires_grad_(grad) for t in inputs[s]]
-                if store is steps and s == seeds[0] and steps_code is not None:
+                code = {id(steps): steps_code, id(plain): plain_code}.get(id(store))
+                if s == seeds[0] and code is not None:
                     # run_and_get_code resets Dynamo, then compiles on this first call
                     r, codes = run_and_get_code(cfn, *args)
-                    steps_code.extend(codes)
+                    code.extend(codes)
                 else:
                     r = cfn(*args)
                 store[s] = tuple(t.detach() for t in r) if isinstance(r, tuple) else r.detach()
@@ -254,9 +255,9 @@ def run_issue_163449(seeds: range | list[int], *,
             eager = issue_163449(*args)
             differing = tuple(n for n, e, c in zip(STEP_NAMES, eager_steps, steps[s], strict=True)
                               if not torch.equal(e, c))
-            t7_e, t7_c = eager_steps[2], steps[s][2]
+            t7_e, t7_c = eager_steps[3], steps[s][3]
             t7_ulp = torch.nextafter(t7_e, torch.tensor(float("inf"))) - t7_e
-            p_e, p_c = eager_steps[4], steps[s][4]
+            p_e, p_c = eager_steps[5], steps[s][5]
             p_ulp = torch.nextafter(p_e, torch.tensor(float("inf"))) - p_e
             t6_e = args[3].var(dim=0)
             var_rounded = (torch.equal(t6_e, args[3].double().var(dim=0).float())
@@ -283,6 +284,7 @@ def run_issue_163449(seeds: range | list[int], *,
                 pow_diff_ulps=((p_c - p_e).abs() / p_ulp).item(),
                 pow_follows_compiled_t7=torch.equal(torch.pow(eager_steps[1], t7_c), p_c),
                 eager_var_is_fp64_rounded=var_rounded,
+                t6_is_fp32_welford=torch.equal(steps[s][2], fp32_welford_var(args[3])),
             ))
     return runs
 
@@ -298,6 +300,8 @@ class IssueSummary:
     compiled_max_rel: float
     #: seeds where the compiled value of each intermediate differs from eager's
     step_differs: dict[str, int]
+    #: for each intermediate, the seeds where it is the first in graph order to differ
+    first_differs: dict[str, int]
     #: largest distance between compiled and eager ``t7``, in fp32 ulps
     t7_max_ulps: float
     #: in every seed whose output differs, ``pow(t4, t7)`` differs too
@@ -327,18 +331,20 @@ class IssueSummary:
     pow_follows_compiled_t7: bool
     #: seeds where eager's two ``var`` are the fp64 variance rounded to fp32
     eager_var_fp64_rounded: int
+    #: seeds where the compiled ``t6`` is the fp32 Welford recurrence bit for bit
+    t6_fp32_welford: int
 
 
 def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
     """Reduce :func:`run_issue_163449`'s per-seed results to the figures a reader needs.
 
     >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, ("t7 = t6.var()",), 1.0, True, 0.3,
-    ...             0.0, True, True)
+    ...             0.0, True, True, True)
     >>> s = summarize_issue_runs([r])
     >>> s.compiled_equal, s.step_differs["t7 = t6.var()"], s.output_differs_only_with_inner_pow
     (1, 1, True)
-    >>> s.pow_ulps_range, s.eager_var_fp64_rounded
-    ((0.0, 0.0), 1)
+    >>> s.pow_ulps_range, s.eager_var_fp64_rounded, s.first_differs["t7 = t6.var()"]
+    ((0.0, 0.0), 1, 1)
     """
     if not runs:
         raise ValueError("runs is empty: run_issue_163449 needs at least one seed")
@@ -352,6 +358,7 @@ def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
         compiled_equal=sum(r.compiled == r.eager for r in runs),
         compiled_max_rel=max(rel(r.compiled, r.eager) for r in runs),
         step_differs={n: sum(n in r.differing_steps for r in runs) for n in STEP_NAMES},
+        first_differs={n: sum(r.differing_steps[:1] == (n,) for r in runs) for n in STEP_NAMES},
         t7_max_ulps=max(r.t7_diff_ulps for r in runs),
         output_differs_only_with_inner_pow=all(
             "pow(t4, t7)" in r.differing_steps for r in runs if r.compiled != r.eager),
@@ -368,13 +375,14 @@ def summarize_issue_runs(runs: list[SeedRun]) -> IssueSummary:
         pow_ulps_range=(min(pow_ulps, default=0.0), max(pow_ulps, default=0.0)),
         pow_follows_compiled_t7=all(r.pow_follows_compiled_t7 for r in runs),
         eager_var_fp64_rounded=sum(r.eager_var_is_fp64_rounded for r in runs),
+        t6_fp32_welford=sum(r.t6_is_fp32_welford for r in runs),
     )
 
 
 def issue_runs_table(runs: list[SeedRun]) -> str:
     """The Markdown table of ``runs``' outputs: eager, compiled (as filed, no emulation), fp64.
 
-    >>> r = SeedRun(7, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+    >>> r = SeedRun(7, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True, True)
     >>> print(issue_runs_table([r]))
     | seed | eager | compiled, as filed | compiled, no emulation | fp64 |
     |---|---|---|---|---|
@@ -393,7 +401,7 @@ def t10_rest_max(runs: list[SeedRun]) -> float:
     ``arg3.var(dim=0).var()`` and ``t9`` is ``relu(arg4)``, both from the
     seed's fp32 inputs (:func:`issue_163449_inputs`).
 
-    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True)
+    >>> r = SeedRun(0, 1144.0, 2.0, 2.0, 2.2, 2.1, 2.0, 2.2, (), 0.0, True, 0.3, 0.0, True, True, True)
     >>> args = issue_163449_inputs(0, requires_grad=False)
     >>> t10_rest_max([r]) == (args[3].var(dim=0).var() + torch.relu(args[4])).item()
     True

@@ -82,6 +82,26 @@ def gradient_divide_factors(
     return {"pre": pre, "post": post, "reduce_scatter": op_name(rs_op)}
 
 
+def predivide_rule(world_size: int) -> int:
+    """The division before FSDP2's SUM reduce-scatter over ``world_size`` ranks, in closed form.
+
+    ``_get_gradient_divide_factors`` doubles a power of two while it divides
+    the world size and its square stays below it.  So the result is the
+    smallest power of two whose square is at least ``world_size``, capped at
+    twice the largest power of two that divides ``world_size``: 2 for any odd
+    world size above 1.
+
+    >>> [predivide_rule(n) for n in (2, 4, 8, 9, 16, 24, 25, 96)]
+    [2, 2, 4, 2, 4, 8, 2, 16]
+    """
+    if not is_int(world_size) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    p = 1
+    while p * p < world_size:
+        p *= 2
+    return min(p, 2 * (world_size & -world_size))
+
+
 _FSDP2 = "distributed/fsdp/_fully_shard/"
 # Where each release decides the dtype of the gradient reduce-scatter when
 # MixedPrecisionPolicy.reduce_dtype is None, and casts the reduced shard back:
@@ -89,6 +109,8 @@ _FSDP2 = "distributed/fsdp/_fully_shard/"
 # block), and a line to find first (None: from the top)).
 _REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], ...]] = {
     "2.14.1": (
+        # A reduce_dtype equal to param_dtype counts as unset.
+        (_FSDP2 + "_fsdp_param.py", "if reduce_dtype == param_dtype:", 2, "def init_dtype_attrs"),
         # foreach_reduce falls back to the dtype of the gradients it was handed.
         (_FSDP2 + "_fsdp_collectives.py", "grad_dtype = unsharded_grads[0].dtype", 2, None),
         # ... and casts the reduced shard to the parameters' original dtype.

@@ -276,7 +276,7 @@ def _observe_one(spec: list[str | None], rank: int) -> dict[str, Any]:
 
 # Relative error allowed between FSDP2's reduced gradient and the fp64 mean of
 # the ranks' gradients.  bf16 compute leaves about 1e-2; a SUM instead of a mean
-# would be off by 1 - 1/world_size >= 0.5.
+# gives world_size times the mean, a relative error of world_size - 1 >= 1.
 _MEAN_RTOL = 0.1
 
 

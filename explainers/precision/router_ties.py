@@ -1,0 +1,150 @@
+"""Why formula B of :mod:`.topk_router` keeps other experts than A in low precision: a sweep and an ablation.
+
+:func:`tie_sweep` runs :func:`~.router.compare_routers`' setting over several
+logit scales and counts, per scale, the ties and the tokens where A and B
+keep different experts.  :func:`merge_ablation` isolates the cause on one
+scale: CPU ``torch.topk`` chooses among equal values by a selection
+algorithm whose path depends only on how the row's values compare (ties
+included); B's low-precision probabilities merge logits that differ into
+equal values, so ``topk`` sees another pattern of comparisons than A does.
+
+>>> import torch
+>>> dense_rank(torch.tensor([[3.0, 1.0, 3.0, 2.0]])).tolist()
+[[2, 0, 2, 1]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from explainers.precision.router import _router_logits, compare_routers
+from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
+
+__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation"]
+
+
+def dense_rank(x: torch.Tensor) -> torch.Tensor:
+    """Each value's rank among the distinct values of its row (last dim), from 0; equal values share a rank.
+
+    An order-preserving relabelling: ``x[i] < x[j]`` exactly when
+    ``rank[i] < rank[j]``, and equal values stay equal.
+
+    >>> dense_rank(torch.tensor([[0.5, 0.5, -1.0]])).tolist()
+    [[1, 1, 0]]
+    """
+    s, order = x.sort(dim=-1)
+    step = torch.zeros_like(s, dtype=torch.int64)
+    step[..., 1:] = (s[..., 1:] != s[..., :-1]).long()
+    return torch.empty_like(step).scatter_(-1, order, step.cumsum(-1))
+
+
+def _sets(idx: torch.Tensor) -> torch.Tensor:
+    return idx.sort(dim=-1).values
+
+
+@dataclass(frozen=True)
+class TieSweepRow:
+    """One logit scale of :func:`tie_sweep`."""
+
+    scale: float
+    #: tokens whose k-th and (k+1)-th largest logits are equal
+    tied_logits: int
+    #: tokens whose k-th and (k+1)-th largest probabilities (softmax in the dtype) are equal
+    tied_probs: int
+    #: tokens where A and B keep different experts
+    a_ne_b: int
+    #: of those, tokens without a tie at rank k in the logits
+    differ_without_logit_tie: int
+    #: tokens where B keeps an expert whose logit is below the k-th largest logit
+    b_not_top_k: int
+    #: tokens where A, or B′ (softmax in fp32), keep other experts than the fp64 reference
+    a_or_b32_not_reference: int
+
+
+def tie_sweep(dtype: torch.dtype, scales: tuple[float, ...], *, tokens: int = 4096, n_experts: int = 256,
+              k: int = 8, seed: int = 0) -> list[TieSweepRow]:
+    """:func:`~.router.compare_routers` at each logit scale (logits ~ N(0, scale²), rounded to ``dtype``).
+
+    >>> rows = tie_sweep(torch.bfloat16, (2.0,), tokens=64, n_experts=16, k=4)
+    >>> rows[0].scale, rows[0].a_ne_b <= rows[0].tied_probs
+    (2.0, True)
+    """
+    rows = []
+    for scale in scales:
+        c = compare_routers(dtype, tokens=tokens, n_experts=n_experts, k=k, scale=scale, seed=seed)
+        logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+        ib, _ = full_softmax_then_renorm(logits, k)
+        kth = logits.topk(k, dim=-1).values[:, -1:]
+        rows.append(TieSweepRow(
+            scale=scale,
+            tied_logits=c.rows_tied_at_k,
+            tied_probs=c.rows_tied_probs_at_k,
+            a_ne_b=c.rows_different_set,
+            differ_without_logit_tie=c.rows_different_set - _differ_and_tied(logits, k),
+            b_not_top_k=int((logits.gather(-1, ib) < kth).any(dim=-1).sum()),
+            a_or_b32_not_reference=max(c.rows_a_not_reference, c.rows_b32_not_reference),
+        ))
+    return rows
+
+
+def _differ_and_tied(logits: torch.Tensor, k: int) -> int:
+    """Tokens where A and B differ and the logits tie at rank k."""
+    ia, _ = topk_softmax(logits, k)
+    ib, _ = full_softmax_then_renorm(logits, k)
+    ranked = logits.sort(dim=-1, descending=True).values
+    tied = ranked[:, k - 1] == ranked[:, k]
+    return int(((_sets(ia) != _sets(ib)).any(dim=-1) & tied).sum())
+
+
+@dataclass(frozen=True)
+class MergeAblation:
+    """What decides B's experts, one change at a time (tokens out of ``tokens``)."""
+
+    tokens: int
+    #: tokens whose probabilities (softmax in the dtype) have fewer distinct values than their logits
+    merged_rows: int
+    #: ``topk`` of the probabilities' dense ranks keeps B's experts (the values do not matter, only
+    #: their order and ties)
+    b_is_topk_of_prob_ranks: int
+    #: ``topk`` of the logits' dense ranks keeps A's experts
+    a_is_topk_of_logit_ranks: int
+    #: probabilities un-merged (equal probabilities ordered by their logits): ``topk`` keeps A's experts
+    unmerged_is_a: int
+    #: tokens where A and B keep different experts
+    a_ne_b: int
+
+
+def merge_ablation(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 256, k: int = 8,
+                   scale: float = 2.0, seed: int = 0) -> MergeAblation:
+    """Switch the merging of B's probabilities off, keep everything else, and compare the experts kept.
+
+    ``topk`` runs on float64 dense ranks here; the counts show that this keeps
+    each formula's experts, so ``topk``'s choice depends only on the order and
+    ties of its input row.
+
+    >>> m = merge_ablation(torch.bfloat16, tokens=64, n_experts=16, k=4)
+    >>> m.b_is_topk_of_prob_ranks == m.a_is_topk_of_logit_ranks == m.unmerged_is_a == 64
+    True
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    ia, _ = topk_softmax(logits, k)
+    ib, _ = full_softmax_then_renorm(logits, k)
+    probs = F.softmax(logits, dim=-1)
+    rank_p, rank_l = dense_rank(probs), dense_rank(logits)
+    # lexicographic (probability, logit): the probabilities' order, with merged values split again
+    unmerged = dense_rank(rank_p * n_experts + rank_l)
+
+    def same(idx: torch.Tensor, ranks: torch.Tensor) -> int:
+        return int((_sets(idx) == _sets(ranks.double().topk(k, dim=-1).indices)).all(dim=-1).sum())
+
+    return MergeAblation(
+        tokens=tokens,
+        merged_rows=int((rank_p.amax(-1) < rank_l.amax(-1)).sum()),
+        b_is_topk_of_prob_ranks=same(ib, rank_p),
+        a_is_topk_of_logit_ranks=same(ia, rank_l),
+        unmerged_is_a=same(ia, unmerged),
+        a_ne_b=int((_sets(ia) != _sets(ib)).any(dim=-1).sum()),
+    )

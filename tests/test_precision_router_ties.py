@@ -1,0 +1,31 @@
+"""Tests of explainers.precision.router_ties: the logit-scale sweep and the merge ablation."""
+
+import torch
+
+from explainers.precision.router_ties import dense_rank, merge_ablation, tie_sweep
+
+
+def test_dense_rank_keeps_order_and_ties():
+    x = torch.tensor([[0.3, -1.0, 0.3, 2.0, -1.0]])
+    r = dense_rank(x)
+    assert r.tolist() == [[1, 0, 1, 2, 0]]
+    # order-preserving in both directions, ties kept
+    assert torch.equal(x[:, :, None] < x[:, None, :], r[:, :, None] < r[:, None, :])
+
+
+def test_topk_depends_only_on_order_and_ties():
+    m = merge_ablation(torch.bfloat16, tokens=256, n_experts=256, k=8, scale=0.1)
+    assert m.b_is_topk_of_prob_ranks == m.a_is_topk_of_logit_ranks == m.unmerged_is_a == 256
+    assert m.merged_rows > 0 and m.a_ne_b > 0
+
+
+def test_sweep_small_scale_picks_non_top_k():
+    small, big = tie_sweep(torch.bfloat16, (0.1, 2.0), tokens=512)
+    assert small.b_not_top_k > 0 and small.tied_probs > small.tied_logits
+    assert big.b_not_top_k == 0 and big.differ_without_logit_tie == 0
+    assert small.a_or_b32_not_reference == big.a_or_b32_not_reference == 0
+
+
+def test_fp32_never_differs():
+    (row,) = tie_sweep(torch.float32, (0.1,), tokens=256)
+    assert row.a_ne_b == row.tied_logits == row.b_not_top_k == 0
