@@ -175,6 +175,8 @@ def test_every_nox_session_the_docs_name_exists():
 CLAIM_WAIVERS = {
     ("precision", "256"): "shapes and the router's expert count (settings of the page); the fp16 "
                           "running sum (loop_fp16) also happens to stall at 256",
+    ("precision", "10"): "TF32's 10 explicit mantissa bits, quoted from torch's docs; the count of "
+                         "reductions found to accumulate wider also happens to be 10",
     ("mesh", "16"): "the walkthrough's other input size (15 against 16 elements, a setting of the "
                     "page); the merged gather of 13 elements also happens to move 16",
 }
