@@ -124,3 +124,13 @@ def test_cuda_backend_record_stream_can_throw():
     assert got["check_failure"]["returncode"] == -6
     assert got["check_failure"]["message"][0] == (
         "terminate called after throwing an instance of 'c10::AcceleratorError'")
+
+
+def test_cuda_backend_free_override():
+    from explainers.allocator.edgecases import CUDA_FREE_MESSAGES, cuda_free_override
+
+    got = cuda_free_override()
+    assert any(c.startswith("at::CachingHostAllocatorImpl<c10::cuda::CUDAStream,") and c.endswith("::free(void*)")
+               for c in got["free_calls"])
+    assert got["messages"] == list(CUDA_FREE_MESSAGES)
+    assert "std::atomic<bool> m_pinned_free_catch_all{false};" in [t for _, t in got["config"]]

@@ -37,7 +37,7 @@ from .torchpaths import TorchInstall, find_torch
 from .tsan_command import compile_command
 
 __all__ = ["SOURCE", "FLAGS", "MODES", "script", "run_mode", "edge_cases", "terminate_message", "calls_in",
-           "cuda_record_failure", "CUDA_EVENT_RECORD_NAME"]
+           "cuda_record_failure", "CUDA_EVENT_RECORD_NAME", "cuda_free_override"]
 
 #: The program, shipped with this package.
 SOURCE = Path(__file__).with_name("edgecases.cpp")
@@ -189,3 +189,29 @@ def cuda_record_failure(torch_root: str | None = None) -> dict[str, Any]:
             "record_stream_calls": calls[CUDA_RECORD_STREAM],
             "event_record_calls": calls[CUDA_EVENT_RECORD],
             "check_failure": {"returncode": res.returncode, "message": terminate_message(res.stderr)}}
+
+
+#: ``at::cuda::(anonymous)::CUDACachingHostAllocatorImpl::free(void*)``, the CUDA backend's override.
+CUDA_FREE = "_ZN2at4cuda12_GLOBAL__N_128CUDACachingHostAllocatorImpl4freeEPv"
+#: The messages of that override's two ``catch`` branches, as the source at the tags words them.
+CUDA_FREE_MESSAGES = ("Exception in pinned allocator free(), rethrowing",
+                      "Suppressed exception in pinned allocator free()")
+
+
+def cuda_free_override(torch_root: str | None = None) -> dict[str, Any]:
+    """What the installed CUDA backend's ``free`` override is made of, read without a GPU.
+
+    Returns ``free_calls`` (what ``CUDACachingHostAllocatorImpl::free`` calls in
+    ``libtorch_cuda.so``), ``messages`` (which of :data:`CUDA_FREE_MESSAGES` the
+    library contains) and ``config`` (the lines of ``c10/cuda/CUDAAllocatorConfig.h``
+    that mention ``pinned_free_catch_all``, as ``(line number, text)``).
+    """
+    import mmap
+
+    torch = find_torch(torch_root)
+    cuda = torch.lib / "libtorch_cuda.so"
+    with open(cuda, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        messages = [m for m in CUDA_FREE_MESSAGES if data.find(m.encode() + b"\0") >= 0]
+    config = (torch.include / "c10" / "cuda" / "CUDAAllocatorConfig.h").read_text().splitlines()
+    return {"version": torch.version, "free_calls": calls_in(cuda, CUDA_FREE)[CUDA_FREE], "messages": messages,
+            "config": [(i, line.strip()) for i, line in enumerate(config, 1) if "pinned_free_catch_all" in line]}
