@@ -13,6 +13,7 @@ from explainers.allocator.locktable import (
     canonical_lock,
     lock_report,
     lock_table,
+    virtual_members,
 )
 from explainers.releases import ReleaseNotProvisioned, run_under
 
@@ -71,6 +72,15 @@ def test_figure_keeps_every_contradiction_and_drops_implied_arrows():
     assert arrows == ['"a" -> "b"', '"b" -> "c"', '"a" -> "c2"', '"b" -> "t"']
 
 
+def _check_hooks(report):
+    # The virtual members entered with a lock held: a backend's override runs under those locks.
+    locked = {e["function"] for e in report["entered"]}
+    assert {"free_block", "query_event", "get_current_stream", "stream_is_capturing"} <= locked & set(report["virtual"])
+    assert not {"allocate_host_memory", "record_stream"} & locked
+    held = {tuple(e["held"]) for e in report["entered"] if e["function"] == "stream_is_capturing"}
+    assert held == {("instance_mutex_",)}
+
+
 def _check_report(report: dict, release: str) -> None:
     note = report["note"]
     verdict = {(n["outer"], n["inner"]): against_note((n["outer"], n["inner"]), [tuple(e) for e in note["edges"]],
@@ -87,6 +97,7 @@ def _check_report(report: dict, release: str) -> None:
 def test_installed_header():
     report = lock_report()
     _check_report(report, report["version"].split("+")[0])
+    _check_hooks(report)
     assert backend_nestings(lock_table("struct CachingHostAllocatorImpl {\n};")) == []
 
 
@@ -96,3 +107,12 @@ def test_other_release_header():
     except ReleaseNotProvisioned:
         pytest.skip("torch 2.14.1 has no environment here")
     _check_report(report, "2.14.1")
+    _check_hooks(report)
+
+
+def test_virtual_members_reads_only_the_impl_struct():
+    text = ("struct CachingHostAllocatorImpl {\n  virtual void hook(S s) const {}\n  void plain() {}\n"
+            "  virtual B* get_free_block(size_t size) { return nullptr; }\n};\nstruct X {\n  virtual void y() {}\n};\n")
+    assert virtual_members(text) == ["hook", "get_free_block"]
+    with pytest.raises(ValueError):
+        virtual_members("struct Other {};")

@@ -34,3 +34,47 @@ def test_verdict_parser_reads_only_the_first_error():
     text = ("==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x2\nREAD of size 8 at 0x2\n"
             "    #0 0x1 in f() /a/b.cpp:3\n==1==ERROR: AddressSanitizer: heap-buffer-overflow\n")
     assert asan_verdict(text) == {"kind": "heap-use-after-free", "access": "READ of size 8", "frames": ["f() b.cpp:3"]}
+
+
+def test_sweep_matches_the_condition():
+    from explainers.allocator.ringsweep import entries_returned, overflows, ring_sweep
+
+    got = ring_sweep(max_old=4)
+    assert len(got["cases"]) == sum((2 * m + 2) * (m + 1) * (m + 3) for m in range(1, 5))
+    for old, entries, new, more, status, kind, returned in got["cases"]:
+        assert (status != 0) == overflows(old, entries, new, more), (old, entries, new, more)
+        if status:
+            assert kind in ("heap-buffer-overflow", "container-overflow")
+        else:
+            assert returned == entries_returned(old, entries, new, more)
+    assert any(c[4] for c in got["cases"]) and not all(c[4] for c in got["cases"])
+
+
+def test_condition_against_a_model():
+    """overflows/entries_returned agree with a Python transcription of RingBuffer's three methods."""
+    from explainers.allocator.ringsweep import entries_returned, overflows
+
+    def model(old, entries, new, more):
+        buf, nxt, mx = [], 0, old
+        for i in range(entries + more):
+            if i == entries:
+                mx = max(1, new)
+            if len(buf) < mx:
+                buf.append(i)
+            else:
+                if nxt >= len(buf):
+                    return None
+                buf[nxt] = i
+                nxt += 1
+                if nxt == mx:
+                    nxt = 0
+        return len(buf)
+
+    for old in range(1, 7):
+        for entries in range(0, 3 * old):
+            for new in range(0, old + 3):
+                for more in range(0, old + 4):
+                    got = model(old, entries, new, more)
+                    assert (got is None) == overflows(old, entries, new, more), (old, entries, new, more)
+                    if got is not None:
+                        assert got == entries_returned(old, entries, new, more)

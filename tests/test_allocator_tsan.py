@@ -124,3 +124,31 @@ def test_cuda_backend_record_stream_can_throw():
     assert got["check_failure"]["returncode"] == -6
     assert got["check_failure"]["message"][0] == (
         "terminate called after throwing an instance of 'c10::AcceleratorError'")
+
+
+def test_cuda_backend_free_override():
+    from explainers.allocator.edgecases import CUDA_FREE_MESSAGES, cuda_free_override
+
+    got = cuda_free_override()
+    assert any(c.startswith("at::CachingHostAllocatorImpl<c10::cuda::CUDAStream,") and c.endswith("::free(void*)")
+               for c in got["free_calls"])
+    assert got["messages"] == list(CUDA_FREE_MESSAGES)
+    assert "std::atomic<bool> m_pinned_free_catch_all{false};" in [t for _, t in got["config"]]
+
+
+def test_shipped_header_is_clean_on_the_other_release():
+    from explainers.releases import ReleaseNotProvisioned, run_under
+
+    try:
+        got = run_under("2.14.1", "explainers.allocator.runner:shipped_runs", 2)
+    except ReleaseNotProvisioned:
+        pytest.skip("torch 2.14.1 has no environment here")
+    assert got["version"].startswith("2.14.1") and len(got["runs"]) == 2
+    assert all(r["returncode"] == 0 and r["reports"] == 0 and r["stats"]["snapshots"] > 0 for r in got["runs"])
+
+
+def test_shipped_runs_rejects_a_bad_count():
+    from explainers.allocator.runner import shipped_runs
+
+    with pytest.raises(ValueError):
+        shipped_runs(0)

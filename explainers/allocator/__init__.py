@@ -16,7 +16,8 @@ Submodules, one job each:
 - :mod:`.compare` reads the header of every supported release, for the side-by-side section;
 - :mod:`.edgecases` compiles and runs paths the harness does not take: ``free()`` with a failing
   event record, ``empty_cache()`` with an event queued in a private pool; it also reads what the
-  CUDA backend calls when it records an event;
+  CUDA backend calls when it records an event, and what its ``free`` override is made of;
+- :mod:`.ringsweep` sweeps ``c10::RingBuffer`` over shrinking maxima under AddressSanitizer;
 - :mod:`.statsrace` runs the statistics with a private pool in use under TSAN;
 - :mod:`.errors` holds the errors that say what to install.
 

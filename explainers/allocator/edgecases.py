@@ -37,7 +37,7 @@ from .torchpaths import TorchInstall, find_torch
 from .tsan_command import compile_command
 
 __all__ = ["SOURCE", "FLAGS", "MODES", "script", "run_mode", "edge_cases", "terminate_message", "calls_in",
-           "cuda_record_failure", "CUDA_EVENT_RECORD_NAME"]
+           "cuda_record_failure", "CUDA_EVENT_RECORD_NAME", "cuda_free_override"]
 
 #: The program, shipped with this package.
 SOURCE = Path(__file__).with_name("edgecases.cpp")
@@ -135,8 +135,8 @@ def calls_in(library: Path, *functions: str) -> dict[str, list[str]]:
 
     Read from the library's symbol table (``nm``, once) and its machine code
     (``objdump``), both from binutils, which ``g++`` needs anyway.  Compiler clones
-    (``name.cold``) are left out, and so are calls through a pointer; each target
-    is listed once, in order of first call.
+    (``name.cold``) are left out unless asked for by their full name, and so are
+    calls through a pointer; each target is listed once, in order of first call.
 
     >>> calls_in(Path("/nonexistent.so"), "_Z1fv")
     Traceback (most recent call last):
@@ -147,11 +147,10 @@ def calls_in(library: Path, *functions: str) -> dict[str, list[str]]:
         raise FileNotFoundError(f"{library} does not exist")
     nm = subprocess.run(["nm", "-S", "--defined-only", str(library)], capture_output=True,
                         text=True, timeout=120, check=True)
-    symbols = [parts for parts in (ln.split() for ln in nm.stdout.splitlines())
-               if len(parts) == 4 and "." not in parts[3]]
+    symbols = [parts for parts in (ln.split() for ln in nm.stdout.splitlines()) if len(parts) == 4]
     out: dict[str, list[str]] = {}
     for name in functions:
-        found = [p for p in symbols if p[3].startswith(name)]
+        found = [p for p in symbols if p[3].startswith(name) and ("." not in p[3] or p[3] == name)]
         if len(found) != 1:
             raise ValueError(f"{library.name} defines {len(found)} functions named {name}..., not one")
         start, size = int(found[0][0], 16), int(found[0][1], 16)
@@ -189,3 +188,32 @@ def cuda_record_failure(torch_root: str | None = None) -> dict[str, Any]:
             "record_stream_calls": calls[CUDA_RECORD_STREAM],
             "event_record_calls": calls[CUDA_EVENT_RECORD],
             "check_failure": {"returncode": res.returncode, "message": terminate_message(res.stderr)}}
+
+
+#: ``at::cuda::(anonymous)::CUDACachingHostAllocatorImpl::free(void*)``, the CUDA backend's override.
+CUDA_FREE = "_ZN2at4cuda12_GLOBAL__N_128CUDACachingHostAllocatorImpl4freeEPv"
+#: The messages of that override's two ``catch`` branches, as the source at the tags words them.
+CUDA_FREE_MESSAGES = ("Exception in pinned allocator free(), rethrowing",
+                      "Suppressed exception in pinned allocator free()")
+
+
+def cuda_free_override(torch_root: str | None = None) -> dict[str, Any]:
+    """What the installed CUDA backend's ``free`` override is made of, read without a GPU.
+
+    Returns ``free_calls`` (what ``CUDACachingHostAllocatorImpl::free`` calls in
+    ``libtorch_cuda.so``), ``catch_calls`` (what its ``.cold`` clone, where the
+    compiler put the ``catch`` handler, calls), ``messages`` (which of :data:`CUDA_FREE_MESSAGES` the
+    library contains) and ``config`` (the lines of ``c10/cuda/CUDAAllocatorConfig.h``
+    that mention ``pinned_free_catch_all``, as ``(line number, text)``).
+    """
+    import mmap
+
+    torch = find_torch(torch_root)
+    cuda = torch.lib / "libtorch_cuda.so"
+    with open(cuda, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        messages = [m for m in CUDA_FREE_MESSAGES if data.find(m.encode() + b"\0") >= 0]
+    config = (torch.include / "c10" / "cuda" / "CUDAAllocatorConfig.h").read_text().splitlines()
+    calls = calls_in(cuda, CUDA_FREE, CUDA_FREE + ".cold")
+    return {"version": torch.version, "free_calls": calls[CUDA_FREE], "catch_calls": calls[CUDA_FREE + ".cold"],
+            "messages": messages,
+            "config": [(i, line.strip()) for i, line in enumerate(config, 1) if "pinned_free_catch_all" in line]}

@@ -36,12 +36,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["LockSite", "CallSite", "Nesting", "LockTable", "lock_table", "canonical_lock", "blank_comments",
+__all__ = ["virtual_members", "LockSite", "CallSite", "Nesting", "LockTable", "lock_table", "canonical_lock", "blank_comments",
            "RING_BUFFER_LOCKING", "CUDA_BACKEND_LOCKS", "backend_nestings", "against_note", "lock_report"]
 
 _IMPL = "struct CachingHostAllocatorImpl {"
 _ACQUIRE = re.compile(r"std::(?P<kind>lock_guard|unique_lock|shared_lock|scoped_lock)\s*(?:<[^>]*>)?\s+\w+\s*"
                       r"\((?P<args>[^;]*?)\)\s*;", re.S)
+_VIRTUAL = re.compile(r"^  virtual\s+(?:[\w:<>,*&\[\]]+\s+)*?[*&]?(?P<name>\w+)\(", re.M)
 _HEAD = re.compile(r"^  (?!(?:if|for|while|switch|return)\b)(?:[\w:<>,*&\[\]]+\s+)*?[*&]?(?P<name>~?\w+)\(", re.M)
 #: ``c10::RingBuffer`` methods that lock ``alloc_trace_lock`` (c10/core/RingBuffer.h, both releases).
 RING_BUFFER_LOCKING = ("setMaxEntries", "insertEntries", "getEntries", "clear")
@@ -160,6 +161,28 @@ def _functions(text: str, start: int, end: int) -> dict[str, tuple[int, int]]:
                 out.setdefault(m.group("name"), (open_at, j))
                 break
     return out
+
+
+def virtual_members(header: str) -> list[str]:
+    """The member functions ``CachingHostAllocatorImpl`` declares ``virtual``: the ones a backend may override.
+
+    A backend's override runs with whatever locks the template holds when it calls the
+    member, so these are the hooks whose callers' locks matter.
+
+    >>> virtual_members("struct CachingHostAllocatorImpl {\\n  virtual ~CachingHostAllocatorImpl() {}\\n"
+    ...                 "  virtual bool query_event(E& event) { return true; }\\n  void plain() {}\\n};\\n"
+    ...                 "struct Other {\\n  virtual void outside() {}\\n};\\n")
+    ['query_event']
+    """
+    if _IMPL not in header:
+        raise ValueError(f"no '{_IMPL}' in the header text")
+    text = blank_comments(header)
+    start = header.index(_IMPL) + len(_IMPL)
+    depth, end = 1, start
+    while depth:
+        depth += {"{": 1, "}": -1}.get(text[end], 0)
+        end += 1
+    return [m.group("name") for m in _VIRTUAL.finditer(text, start, end)]
 
 
 def lock_table(header: str) -> LockTable:
@@ -330,7 +353,7 @@ def lock_report(torch_root: str | None = None) -> dict:
 
     Keys: ``version``, ``sites``, ``calls`` (those made holding a lock), ``nestings``,
     ``backend`` (the CUDA backend's nestings, :data:`CUDA_BACKEND_LOCKS`), ``entered``
-    (hooks entered holding locks) and ``note`` (the Note's drawn edges, independent and
+    (functions entered holding locks), ``virtual`` (:func:`virtual_members`) and ``note`` (the Note's drawn edges, independent and
     innermost locks).
     """
     from dataclasses import asdict
@@ -348,4 +371,5 @@ def lock_report(torch_root: str | None = None) -> dict:
             "nestings": [asdict(n) for n in table.nestings],
             "backend": [asdict(n) for n in backend_nestings(table)],
             "entered": [{"function": f, "held": list(h), "via": list(v)} for f, h, v in table.entered],
+            "virtual": virtual_members(header),
             "note": {"edges": order.edges, "independent": order.independent, "innermost": order.innermost}}

@@ -38,7 +38,7 @@ from .torchpaths import TorchInstall, find_torch
 from .tsan import RuntimeFlag, TsanLog, parse_flag_help, parse_tsan
 
 __all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "run_tsan", "runtime_flags",
-           "reproduce", "reader_script"]
+           "reproduce", "shipped_runs", "reader_script"]
 
 #: Keep running after the first report so one run can show every race, and
 #: keep the longest per-thread access history TSAN offers (history_size=7,
@@ -218,6 +218,29 @@ def reproduce(
             shipped.runs.append(fut.result())
     flags = runtime_flags(shipped_b)
     return Reproduction(torch, version, shipped, plain, time.perf_counter() - t0, max_attempts, flags)
+
+
+def shipped_runs(runs: int = 8, iterations: int = 2000, max_seconds: float = 3.0,
+                 torch_root: str | Path | None = None) -> dict:
+    """Build (or reuse) the shipped harness alone and run it *runs* times, as plain JSON.
+
+    For another release through :func:`explainers.releases.run_under`: ``version``
+    and, per run, ``returncode``, ``reports`` (how many TSAN reports) and ``stats``
+    (the harness's summary counters).
+    """
+    if not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive int, got {runs!r}")
+    gxx = find_compiler()
+    torch = find_torch(torch_root)
+    cache = tsan_cache()
+    b = build(BuildSpec("shipped", torch), gxx, check_tsan(gxx, cache), cache)
+    ring = torch.include / "c10" / "core" / "RingBuffer.h"
+    sources = load_sources(torch.header, *([ring] if ring.is_file() else []))
+    out = []
+    for _ in range(runs):
+        run = run_build(b, iterations, max_seconds, sources)
+        out.append({"returncode": run.returncode, "reports": len(run.log.reports), "stats": run.stats})
+    return {"version": torch.version, "runs": out}
 
 
 def reader_script(torch: TorchInstall, iterations: int = 2000, max_seconds: float = 3.0) -> str:
