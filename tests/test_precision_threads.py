@@ -26,3 +26,23 @@ def test_layout_data_rejects_bad_input():
         layout_data(64, torch.float16, "sparse", 0)
     with pytest.raises(ValueError, match="multiple of 32"):
         layout_data(33, torch.float16, "strided", 0)
+
+
+def test_layout_sweep_nansum_strided_rounds_in_the_input_dtype():
+    from explainers.precision.threads import layout_sweep
+
+    rows = layout_sweep(["sum", "nansum"], [torch.float16], sizes=(8000,), threads=(1,), seeds=range(2))
+    by = {(r["op"], r["layout"]): r["max_ulps"] for r in rows}
+    assert by[("sum", "strided")] < 1 and by[("sum", "contiguous")] < 1
+    assert by[("nansum", "strided")] > 2, "nansum has no fp32 buffer for inputs that do not coalesce"
+
+
+def test_probe_layout_rejects_bad_input():
+    from explainers.precision.threads import probe_layout
+
+    with pytest.raises(ValueError, match="multiple of 32"):
+        probe_layout("sum", torch.bfloat16, "strided", 100, 1)
+    with pytest.raises(ValueError, match="dtype must be"):
+        probe_layout("sum", torch.float32, "strided", 8000, 1)
+    with pytest.raises(ValueError, match="unknown op"):
+        probe_layout("max", torch.bfloat16, "strided", 8000, 1)

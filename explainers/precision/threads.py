@@ -16,13 +16,29 @@ second rounding.
 """
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
 
 from explainers.checks import is_int
+from explainers.precision.accumulation import (
+    PROBE_OPS,
+    PRODUCT_OPS,
+    cancellation_data,
+    product_data,
+    ulp,
+)
 
-__all__ = ["LAYOUTS", "num_threads", "layout_data", "thread_partials", "bf16_sum_thread_partials"]
+__all__ = [
+    "LAYOUTS",
+    "num_threads",
+    "layout_data",
+    "thread_partials",
+    "bf16_sum_thread_partials",
+    "probe_layout",
+    "layout_sweep",
+]
 
 #: How the reduced values are laid out in memory.
 LAYOUTS = ("contiguous", "strided")
@@ -132,3 +148,90 @@ def bf16_sum_thread_partials(threads: int, trials: int = 40, n: int = 100_000) -
     {'trials': 3, 'rounded_once': 3, 'partials_rounded': 3}
     """
     return thread_partials(threads, torch.bfloat16, "contiguous", "sum", trials, n)
+
+
+# Ops of PROBE_OPS that take a 1-D input: their "strided" layout is a stride-2 1-D view.
+_ONE_D = frozenset({"cumsum[-1]", "cumprod[-1]", "dot", "mm"})
+
+
+def _probe_input(op: str, dtype: torch.dtype, n: int, layout: str, seed: int) -> torch.Tensor:
+    if op in PRODUCT_OPS:
+        x = product_data(dtype, n, seed)
+    else:
+        x = cancellation_data(dtype, n, 16.0, seed)
+        if dtype == torch.float16:
+            # Scale by a power of two (exact) so that no partial sum, about n * 17 / 2,
+            # overflows fp16: an overflow would hide the rounding the probe measures.
+            x = x * 2.0 ** -max(0, math.ceil(math.log2(n * 17 / 2 / 60000)))
+    if layout == "contiguous":
+        return x
+    if op in _ONE_D:
+        base = torch.zeros(2 * n, dtype=dtype)
+        base[::2] = x
+        return base[::2]
+    base = torch.zeros(n // _COLS, 2 * _COLS, dtype=dtype)
+    base[:, :_COLS] = x.view(-1, _COLS)
+    return base[:, :_COLS]
+
+
+def probe_layout(op: str, dtype: torch.dtype, layout: str, n: int, threads: int, seed: int = 0) -> float:
+    """The error, in ulps of ``dtype`` at the exact answer, of a probe op on ``threads`` threads.
+
+    The data are :mod:`~explainers.precision.accumulation`'s probe data
+    (values ``±16 + u``, or values near 1 for products; fp16 scaled by a power
+    of two so no partial sum overflows), laid out contiguously or strided:
+    ``base[:, :32]`` of a ``(n / 32, 64)`` tensor, or for the 1-D ops
+    (``cumsum[-1]``, ``cumprod[-1]``, ``dot``, ``mm``) every second element.
+    An op that accumulates wider and rounds once is off by at most about half
+    an ulp; one that rounds partial results to ``dtype`` is off by more.
+
+    >>> import torch
+    >>> probe_layout("sum", torch.bfloat16, "strided", 8000, 1) < 0.5
+    True
+    >>> probe_layout("nansum", torch.bfloat16, "strided", 8000, 1) > 2
+    True
+    >>> probe_layout("sum", torch.bfloat16, "diagonal", 8000, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: layout must be one of ('contiguous', 'strided'), got 'diagonal'
+    """
+    if op not in PROBE_OPS:
+        raise ValueError(f"unknown op {op!r}; choose from {list(PROBE_OPS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    if not is_int(n) or n < 2 * _COLS or n % _COLS:
+        raise ValueError(f"n must be a multiple of {_COLS}, at least {2 * _COLS}, got {n!r}")
+    x = _probe_input(op, dtype, n, layout, seed)
+    fn, exact_fn = PROBE_OPS[op]
+    with num_threads(threads):
+        result = float(fn(x))
+    exact = float(exact_fn(x.double()))
+    return abs(result - exact) / ulp(exact, dtype)
+
+
+def layout_sweep(
+    ops=None,
+    dtypes=(torch.bfloat16, torch.float16),
+    sizes=(8000, 100_000),
+    threads=(1, 2),
+    seeds=range(3),
+) -> list[dict]:
+    """:func:`probe_layout` over ops, dtypes, both layouts, sizes and thread counts; the worst error over ``seeds``.
+
+    >>> import torch
+    >>> rows = layout_sweep(["nansum"], [torch.bfloat16], sizes=(8000,), threads=(1,), seeds=range(1))
+    >>> [(r["layout"], r["max_ulps"] > 2) for r in rows]
+    [('contiguous', False), ('strided', True)]
+    """
+    rows = []
+    for op in ops or list(PROBE_OPS):
+        for dtype in dtypes:
+            for layout in LAYOUTS:
+                for n in sizes:
+                    for t in threads:
+                        errs = [probe_layout(op, dtype, layout, n, t, seed) for seed in seeds]
+                        rows.append({"op": op, "dtype": str(dtype).removeprefix("torch."), "layout": layout,
+                                     "n": n, "threads": t, "max_ulps": max(errs)})
+    return rows
