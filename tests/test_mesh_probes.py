@@ -9,7 +9,9 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from explainers.mesh.fsdp import FsdpLayout, fsdp_tp_layout
 from explainers.mesh.gathers import (
+    FULL_TENSOR_CASES,
     GatherProbe,
+    full_tensor_probe,
     gather_probes,
     merge_probes,
     padded_gather,
@@ -268,3 +270,26 @@ def test_release_observations_agree_but_for_the_broadcast():
     assert [c["scatter_lists"] for c in same[0]["scatter"]["1"]["calls"]] == [0]
     assert set(same[0]["emulated"]) == {
         "_local_functional_all_gather_into_tensor", "_local_broadcast_", "_local_scatter_"}
+
+
+@pytest.mark.parametrize("numel", [13, 14, 15])
+def test_full_tensor_probe_matches_the_merged_gather(numel):
+    got = full_tensor_probe(numel)
+    assert list(got) == list(FULL_TENSOR_CASES)
+    with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+        sizes = [len(v) for v in rank_states_of(mesh, numel)]
+    assert got["flattened mesh"]["all_gathers"] == 1
+    assert got["flattened mesh"]["rank0"] == padded_gather(sizes, numel)
+    assert got["flattened mesh"]["right"] == (padded_gather(sizes, numel) == list(range(numel)))
+    for case in FULL_TENSOR_CASES[1:]:
+        assert got[case] == {"all_gathers": 3, "rank0": list(range(numel)), "right": True}
+
+
+def rank_states_of(mesh, numel):
+    x = distribute_tensor(torch.arange(numel), mesh, [S(0)] * 3, src_data_rank=None)
+    return [x.to_local()._local_tensors[r].tolist() for r in range(8)]
+
+
+def test_full_tensor_probe_rejects_bad_numel():
+    with pytest.raises(ValueError, match="numel"):
+        full_tensor_probe(0)

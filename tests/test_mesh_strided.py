@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from explainers.mesh.strided import (
+    gather_inputs,
     layout_table,
     nested_first_split,
     nested_layout,
@@ -60,3 +61,37 @@ def test_outcome_and_bad_ablation():
     assert outcome({0: [0, 1]}, 2) == "right" and outcome({0: [1, 0]}, 2) == "wrong"
     with pytest.raises(ValueError, match="ablation"):
         layout_table([8], ablation="other")
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 40))
+def test_gather_inputs_records_each_groups_sizes(numel):
+    """One group per all-gather over a 1-D mesh; sizes are torch.chunk's, padded to one size."""
+    from torch.distributed._local_tensor import _c10d
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from explainers.mesh.simulated import simulated_mesh
+
+    saved = _c10d._local_functional_all_gather_into_tensor
+    with simulated_mesh((4,), ("m",)) as mesh, gather_inputs() as seen:
+        x = distribute_tensor(torch.arange(numel), mesh, [Shard(0)], src_data_rank=None)
+        assert x.redistribute(mesh, [Replicate()]).to_local()._local_tensors[3].tolist() == list(range(numel))
+    assert seen == [[-(-numel // 4)] * 4]
+    assert _c10d._local_functional_all_gather_into_tensor is saved
+
+
+def test_gather_inputs_restores_on_error():
+    from torch.distributed._local_tensor import _c10d
+
+    saved = _c10d._local_functional_all_gather_into_tensor
+    with pytest.raises(ValueError), gather_inputs():
+        raise ValueError
+    assert _c10d._local_functional_all_gather_into_tensor is saved
+
+
+def test_unequal_inputs_exactly_where_the_way_back_raises():
+    rows = layout_table([8, 9, 13])
+    got = {r["numel"]: (r["distribute"]["back"]["outcome"].split(":")[0], r["distribute"]["back"]["unequal"])
+           for r in rows}
+    assert got == {8: ("right", []), 9: ("RuntimeError", [[2, 1], [1, 0]]), 13: ("wrong", [])}
+    assert all(r[e]["back"]["unequal"] == [] for r in rows for e in ("redistribute", "shard_order"))

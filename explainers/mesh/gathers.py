@@ -4,7 +4,8 @@ where a merged all-gather of uneven pieces goes wrong.
 :func:`gather_probes` redistributes four 3-D shardings to all-``Replicate``;
 :func:`uneven_gather_sweep` repeats the merged gather for a range of sizes;
 :func:`padded_gather` is the padding arithmetic in plain Python; :func:`planned_mesh_dims`
-asks the planner for its steps before merging.  Everything here runs unchanged in a
+asks the planner for its steps before merging; :func:`full_tensor_probe` runs
+``DTensor.full_tensor()`` with and without the merge.  Everything here runs unchanged in a
 simulated world and under a real process group (:mod:`explainers.mesh.torchrun`), so the
 page can compare the two.  Private PyTorch APIs used are named where they are used; they
 are checked on torch 2.14.1 and 2.15.0 (:data:`explainers.releases.SUPPORTED`).
@@ -13,6 +14,7 @@ are checked on torch 2.14.1 and 2.15.0 (:data:`explainers.releases.SUPPORTED`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,8 +24,10 @@ from explainers.mesh.walkthrough import _check_mnk_2x2x2, _check_numel
 
 __all__ = [
     "FLAT",
+    "FULL_TENSOR_CASES",
     "GatherProbe",
     "SweepPoint",
+    "full_tensor_probe",
     "gather_probes",
     "merge_probes",
     "padded_gather",
@@ -260,3 +264,47 @@ def merge_probes(per_rank_runs: Sequence[Sequence[GatherProbe]]) -> list[GatherP
         merged.append(GatherProbe(**{**probe.__dict__, "ranks": tuple(ranks)}))
     return merged
 
+
+
+#: The cases of :func:`full_tensor_probe`: whether the mesh is flattened, and whether
+#: DTensor's merging of collectives is switched off.
+FULL_TENSOR_CASES = ("flattened mesh", "flattened mesh, merge disabled", "no flattened mesh")
+
+
+def full_tensor_probe(numel: int) -> dict[str, dict]:
+    """``x.full_tensor()`` of ``arange(numel)`` placed ``[S(0), S(0), S(0)]`` on a simulated 2x2x2 mesh.
+
+    One JSON-able entry per case of :data:`FULL_TENSOR_CASES`: ``all_gathers`` (counted
+    by ``CommDebugMode``), ``rank0`` (rank 0's result) and ``right`` (every rank holds
+    ``0 .. numel-1``).  "merge disabled" runs inside
+    ``torch.distributed.tensor._redistribute.disable_redistribute_transform_optimization()``
+    (private; torch 2.14.1 and 2.15.0), which turns off ``_optimize_transform_infos``.
+    Opens its own simulated meshes, so it can run under another release.
+
+    >>> got = full_tensor_probe(16)
+    >>> [(got[c]["all_gathers"], got[c]["right"]) for c in FULL_TENSOR_CASES]
+    [(1, True), (3, True), (3, True)]
+    """
+    import torch
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor._redistribute import disable_redistribute_transform_optimization
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from explainers.mesh.simulated import simulated_mesh
+    from explainers.mesh.uneven import redistribute_log
+
+    _check_numel(numel)
+    out = {}
+    for case in FULL_TENSOR_CASES:
+        with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
+            if case != "no flattened mesh":
+                mesh["m", "n", "k"]._flatten(FLAT)
+            x = distribute_tensor(torch.arange(numel), mesh, [Shard(0)] * 3, src_data_rank=None)
+            # redistribute_log: DTensor's "suboptimal" warning is kept off stderr.
+            with redistribute_log(), CommDebugMode() as comms, (
+                    disable_redistribute_transform_optimization() if "disabled" in case else nullcontext()):
+                full = x.full_tensor()
+            held = {r: t.tolist() for r, t in full._local_tensors.items()}
+        out[case] = {"all_gathers": sum(comms.get_comm_counts().values()), "rank0": held[0],
+                     "right": all(v == list(range(numel)) for v in held.values())}
+    return out

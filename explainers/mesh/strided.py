@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "ENCODINGS",
     "format_table",
+    "gather_inputs",
     "layout_table",
     "layout_tables",
     "nested_first_split",
@@ -170,6 +171,46 @@ def nested_first_split() -> Iterator[None]:
         _StridedShard._split_tensor = saved
 
 
+@contextmanager
+def gather_inputs() -> Iterator[list[list[int]]]:
+    """Within the block, record the input sizes of each group of every emulated all-gather.
+
+    Under ``LocalTensorMode`` (torch 2.14.1 and 2.15.0) the functional all-gather is
+    ``torch.distributed._local_tensor._c10d._local_functional_all_gather_into_tensor``, a
+    ``torch.cat`` of the group's tensors that checks no sizes; a real backend needs one size
+    from every rank.  Yields a list that gets, per group of each call, the dim-0 sizes of
+    its ranks' inputs, in group order.
+
+    >>> import torch
+    >>> from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    >>> from explainers.mesh.simulated import simulated_mesh
+    >>> with simulated_mesh((2,), ("m",)) as mesh, gather_inputs() as seen:
+    ...     _ = distribute_tensor(torch.arange(3), mesh, [Shard(0)]).redistribute(mesh, [Replicate()])
+    >>> seen
+    [[2, 2]]
+    """
+    from torch.distributed._local_tensor import _c10d
+
+    saved = _c10d.__dict__["_local_functional_all_gather_into_tensor"]
+    seen: list[list[int]] = []
+
+    def gather(tensor, group_size, group_name):
+        # 2.14.1 returns (ranks, offsets, first rank), 2.15.0 (ranks, offsets): the groups
+        # are formed as the emulation forms them.
+        ranks, offsets = _c10d._prepare_collective_groups(_c10d._resolve_pg_or_name(group_name))[:2]
+        for offset in offsets:
+            group = [offset + r for r in ranks]
+            if all(r in tensor._local_tensors for r in group):
+                seen.append([int(tensor._local_tensors[r].shape[0]) for r in group])
+        return saved(tensor, group_size, group_name)
+
+    _c10d._local_functional_all_gather_into_tensor = gather
+    try:
+        yield seen
+    finally:
+        _c10d._local_functional_all_gather_into_tensor = saved
+
+
 def _held(x: Any, mesh: Any) -> dict[int, list[int]]:
     from explainers.mesh.steps import snapshot
 
@@ -182,12 +223,15 @@ def _back(x: Any, mesh: Any, numel: int) -> dict:
 
     from explainers.mesh.uneven import redistribute, redistribute_log
 
-    try:
-        with redistribute_log():
-            held = _held(redistribute(x, [Replicate()] * 3), mesh)
-    except (RuntimeError, AssertionError) as e:
-        return {"rank0": None, "outcome": f"{type(e).__name__}: {str(e).splitlines()[0][:60]}"}
-    return {"rank0": held[0], "outcome": outcome(held, numel)}
+    # Groups whose all-gather inputs differ in size: a real backend needs one size from all.
+    with gather_inputs() as seen:
+        try:
+            with redistribute_log():
+                held = _held(redistribute(x, [Replicate()] * 3), mesh)
+        except (RuntimeError, AssertionError) as e:
+            return {"rank0": None, "outcome": f"{type(e).__name__}: {str(e).splitlines()[0][:60]}",
+                    "unequal": [g for g in seen if len(set(g)) > 1]}
+    return {"rank0": held[0], "outcome": outcome(held, numel), "unequal": [g for g in seen if len(set(g)) > 1]}
 
 
 def _encodings(mesh: Any, numel: int) -> dict[str, Any]:
@@ -238,7 +282,8 @@ def layout_table(sizes: Sequence[int], ablation: str | None = None) -> list[dict
     ``nested`` (:func:`nested_layout`), ``scatter`` (``distribute_tensor`` from rank 0,
     against the split without scatter) and, for ``distribute``, ``redistribute`` and
     ``shard_order``: ``layout`` (rank -> values), ``is_nested`` and ``back`` (rank 0's
-    values and the :func:`outcome`).  ``ablation`` is ``None``, ``"padded"``
+    values, the :func:`outcome`, and ``unequal``: the input sizes of each all-gather group
+    whose ranks sent different sizes, from :func:`gather_inputs`).  ``ablation`` is ``None``, ``"padded"``
     (:func:`padded_strided_split`) or ``"nested"`` (:func:`nested_first_split`).
 
     >>> row = layout_table([14])[0]
