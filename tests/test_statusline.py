@@ -191,6 +191,20 @@ def test_echo_would_take_an_input_of_dash_n_as_its_option():
     assert run_statusline("-n", "input=$(cat); printf '%s' \"$input\"").stdout == "-n"
 
 
+def test_an_echo_that_interprets_backslashes_breaks_a_json_escape():
+    # Why printf '%s' and not echo: portability to an echo that interprets \n (dash's, xpg_echo).
+    newline = json.dumps({"context_window": {"remaining_percentage": 42.5}, "note": "a\nb"})
+    assert "\\n" in newline
+    simple = TABLE_COPY.replace("\\|", "|")
+    assert run_statusline(newline, simple).stdout == "Context: 42.5% remaining"
+    assert run_statusline(newline, "shopt -s xpg_echo\n" + simple).stdout == ""
+    by_printf = simple.replace('echo "$input"', "printf '%s' \"$input\"")
+    assert by_printf != simple
+    assert run_statusline(newline, "shopt -s xpg_echo\n" + by_printf).stdout == "Context: 42.5% remaining"
+    assert run_statusline(newline, "shopt -s xpg_echo\n" + SCRIPT.read_text()).stdout == (
+        "Context: 42.5% remaining")
+
+
 def test_the_script_is_the_file_the_page_shows():
     page = (SCRIPT.parents[2] / "docs" / "snippets.md").read_text(encoding="utf-8")
     assert "../explainers/statusline/statusline.sh" in page

@@ -61,8 +61,21 @@ def _printed_lines(tmp_path, source: str) -> tuple[str, str]:
 
 def _shell_env() -> dict[str, str]:
     # A PATH on which `python` is not this interpreter: the printed line must not depend on it.
+    assert Path(sys.executable).parent not in (Path("/usr/bin"), Path("/bin"))
     return {k: v for k, v in os.environ.items() if k not in ("TORCH", "PYTHONPATH")} | {
         "PATH": "/usr/bin:/bin"}
+
+
+def test_the_printed_lines_compile_a_racy_program_that_tsan_reports(tmp_path):
+    # The two printed lines, run in a shell whose `python` is not this interpreter, then ./race.
+    (tmp_path / "race.cpp").write_text(RACE)
+    set_line, gxx_line = _printed_lines(tmp_path, "race.cpp")
+    proc = subprocess.run(["bash", "-e", "-c", f"{set_line}\n{gxx_line}\n./race"], cwd=tmp_path,
+                          env=_shell_env() | {"TSAN_OPTIONS": "halt_on_error=0"},
+                          capture_output=True, text=True, check=False, timeout=900)
+    assert proc.returncode == 66, proc.stderr[-3000:]  # TSAN's exit code when it reported something
+    assert "WARNING: ThreadSanitizer: data race" in proc.stderr
+    assert "race.cpp:" in proc.stderr  # -g1's line tables name the racing lines
 
 
 def test_the_printed_lines_compile_and_run_an_aten_program(tmp_path):
@@ -110,6 +123,37 @@ def test_the_set_line_fails_loudly_without_torch(tmp_path):
     child = subprocess.run(["bash", "-c", f'{set_torch(str(bare))}; bash -c \'printf "%s" "${{TORCH-unset}}"\''],
                            cwd=tmp_path, env=_shell_env(), capture_output=True, text=True, check=False)
     assert child.stdout == "unset"
+
+
+def test_a_failed_set_line_leaves_torch_as_it_was(tmp_path):
+    # TORCH="$(...)" would set TORCH to "" on failure, and a following g++ would search "/include".
+    bare = tmp_path / "bare-python"
+    bare.write_text('#!/bin/sh\nexec /usr/bin/python3 -I -S "$@"\n')
+    bare.chmod(0o755)
+    script = f'{set_torch(str(bare))}\necho "status $?"; printf "[%s]" "$TORCH"'
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=_shell_env() | {"TORCH": "/before"},
+                          capture_output=True, text=True, check=False)
+    assert proc.stdout == "status 1\n[/before]"
+    naive = f'TORCH="$({bare} -c "import torch")"; printf "[%s]" "$TORCH"'
+    proc = subprocess.run(["bash", "-c", naive], cwd=tmp_path, env=_shell_env() | {"TORCH": "/before"},
+                          capture_output=True, text=True, check=False)
+    assert proc.stdout == "[]"  # the plain assignment is what the torch_dir step avoids
+
+
+def test_a_torch_folder_in_the_current_directory_does_not_change_torch(tmp_path):
+    shadow = tmp_path / "torch"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("")
+    set_line, _ = _printed_lines(tmp_path, "race.cpp")
+    proc = subprocess.run(["bash", "-e", "-c", f'{set_line}\nprintf "%s" "$TORCH"'], cwd=tmp_path,
+                          env=_shell_env(), capture_output=True, text=True, check=True)
+    assert Path(proc.stdout) == torch_folder()
+    # The cause: without -I, `python -c` puts the current directory first and imports the shadow.
+    plain = set_line.replace(" -I -c ", " -c ")
+    assert plain != set_line
+    proc = subprocess.run(["bash", "-e", "-c", f'{plain}\nprintf "%s" "$TORCH"'], cwd=tmp_path,
+                          env=_shell_env(), capture_output=True, text=True, check=True)
+    assert Path(proc.stdout) == shadow
 
 
 def test_the_script_refuses_to_print_without_torch(tmp_path):

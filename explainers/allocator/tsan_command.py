@@ -43,18 +43,22 @@ def set_torch(python: str | None = None) -> str:
 
     ``python`` defaults to the full path of the interpreter running this script,
     so the line asks the Python that ran it, whatever ``python`` means in the
-    shell.  When that Python has no torch, it prints its ``ModuleNotFoundError``
-    and the line's status is 1, and ``TORCH`` is not exported (``export
-    TORCH="$(...)"`` would hide the failure and export an empty ``TORCH``).
+    shell.  That Python runs in isolated mode (``-I``), so a ``torch/`` folder in
+    the current directory, ``PYTHONPATH`` and the user's site-packages do not
+    change the answer (a torch installed with ``pip install --user`` is not
+    found).  The answer goes to ``torch_dir`` first: when that Python has no
+    torch, it prints its ``ModuleNotFoundError``, the line's status is 1 and
+    ``TORCH`` keeps whatever value it had (``TORCH="$(...)"`` would set it to
+    the empty string, and ``export TORCH="$(...)"`` would also hide the failure).
 
     >>> print(set_torch("/opt/py/bin/python3"))
-    TORCH="$(/opt/py/bin/python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH
+    torch_dir="$(/opt/py/bin/python3 -I -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH="$torch_dir"
     >>> print(set_torch("/opt/my py/python"))
-    TORCH="$('/opt/my py/python' -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH
+    torch_dir="$('/opt/my py/python' -I -c 'import os, torch; print(os.path.dirname(torch.__file__))')" && export TORCH="$torch_dir"
     """
     python = shlex.quote(python or sys.executable or "python3")
-    return (f'TORCH="$({python} -c '
-            "'import os, torch; print(os.path.dirname(torch.__file__))')\" && export TORCH")
+    return (f'torch_dir="$({python} -I -c '
+            "'import os, torch; print(os.path.dirname(torch.__file__))')\" && export TORCH=\"$torch_dir\"")
 
 
 def torch_folder() -> Path:

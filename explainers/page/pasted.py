@@ -110,11 +110,12 @@ def parse_shown(stated: str) -> tuple[str, str]:
 
 
 def run_pasted(text: str, filename: str, command: str | None = None,
-               timeout: float = 300) -> Pasted:
+               timeout: float = 300, python: str | Path | None = None) -> Pasted:
     """Save ``text`` as ``filename`` in an empty folder and run ``command`` there.
 
     ``command`` defaults to ``python <filename>`` or ``bash <filename>``, by the
-    file's suffix; ``python`` in it runs this interpreter with ``-I``.
+    file's suffix; ``python`` in it runs this interpreter with ``-I``, or the
+    interpreter ``python`` names (another release's environment, say).
 
     >>> run_pasted("import explainers", "a.py").returncode
     1
@@ -131,8 +132,8 @@ def run_pasted(text: str, filename: str, command: str | None = None,
         shim = Path(bindir) / "python"
         # Run the environment's own `python` when it has one (every venv does), so that a
         # script reading its interpreter's name sees the `python` the page's command shows.
-        interpreter = Path(sys.executable).with_name("python")
-        interpreter = interpreter if interpreter.is_file() else Path(sys.executable)
+        interpreter = Path(python or sys.executable)
+        interpreter = interpreter.with_name("python") if interpreter.with_name("python").is_file() else interpreter
         shim.write_text(f'#!/bin/sh\nexec {shlex.quote(str(interpreter))} -I "$@"\n')
         shim.chmod(0o755)
         (Path(folder) / filename).write_text(text, encoding="utf-8")
