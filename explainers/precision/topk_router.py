@@ -5,8 +5,10 @@ values (the order of Mistral's reference MoE).  ``full_softmax_then_renorm``
 takes the softmax over all experts, picks the k largest probabilities and
 divides by their sum (the order of HF Transformers' Mixtral).  In exact
 arithmetic they are the same function: softmax is strictly monotone, so the
-same experts are picked, and in ``p_i / sum_S p_j`` the partition function
-cancels.  In floating point what matters is where the casts sit: run on
+same experts are picked (up to how ``topk`` breaks ties between equal values),
+and in ``p_i / sum_S p_j`` the partition function cancels.  In floating point
+rounded probabilities can tie where the logits do not, so the two can pick
+different experts, and what matters for the weights is where the casts sit: run on
 bf16 logits, ``full_softmax_then_renorm`` rounds the probabilities, their sum
 and the quotient; with ``softmax_dtype=torch.float32`` (HF's
 ``F.softmax(..., dtype=torch.float)`` and one cast at the end) it rounds once.
