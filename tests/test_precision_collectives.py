@@ -54,3 +54,40 @@ def test_bad_inputs():
 
 def test_simulated_allreduce_is_the_left_fold_over_ranks():
     assert allreduce_matches_fold(8, n=512) == {"rank order": True, "reversed order": False}
+
+
+def test_shared_gradients_correlate_and_default_is_unchanged():
+    from explainers.precision.collectives import rank_gradients as rg
+
+    plain = rg(3, n=64, seed=5)
+    assert all(torch.equal(plain[r], rg(3, n=64, seed=5, shared=0.0)[r]) for r in range(3))
+    g = rg(2, n=8192, seed=1, shared=0.99)
+    corr = float(torch.corrcoef(torch.stack([g[0].float(), g[1].float()]))[0, 1])
+    assert 0.97 < corr < 0.99
+    with pytest.raises(ValueError, match="shared"):
+        rg(2, shared=1.0)
+
+
+def test_correlated_chain_error_outgrows_the_pairwise_order():
+    e = allreduce_errors(64, n=1024, shared=0.99)
+    assert e["bf16 comm"] > 2 * e["bf16, pairwise order"]
+
+
+def test_fp32_inexact_counts_over_seeds():
+    from explainers.precision.collectives import fp32_inexact_counts
+
+    # Seeds chosen from a sweep: some draws at 2 ranks are exact in fp32, 16 ranks mostly not.
+    counts = fp32_inexact_counts([2, 16], seeds=range(20), n=4096)
+    assert 0 < counts[2] < counts[16] <= 20
+
+
+def test_bf16_avg_scale_bias():
+    from explainers.precision.collectives import bf16_avg_scale_bias
+
+    for n in (3, 6, 12, 24, 48, 96):
+        assert bf16_avg_scale_bias(n)["bias"] == 2.0 ** -9
+    for n in (1, 2, 64):
+        assert bf16_avg_scale_bias(n) == {"scale": 1.0 / n, "bias": 0.0}
+    assert bf16_avg_scale_bias(7)["bias"] < 0
+    with pytest.raises(ValueError, match="world_size"):
+        bf16_avg_scale_bias(0)

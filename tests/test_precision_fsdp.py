@@ -383,3 +383,12 @@ def test_predivide_rule_is_fsdp2s_loop():
     assert [predivide_rule(n) for n in (3, 5, 7, 99)] == [2, 2, 2, 2]  # odd: always 2
     with pytest.raises(ValueError, match="world_size"):
         predivide_rule(0)
+
+
+def test_excerpt_listing_marks_cuts_and_new_files():
+    from explainers.precision.fsdp_tables import excerpt_listing
+
+    text = excerpt_listing([{"path": "p/a.py", "text": "1  a\n2  b"}, {"path": "p/a.py", "text": "3  c"},
+                            {"path": "p/a.py", "text": "9  d"}, {"path": "p/b.py", "text": "4  e"}], strip="p/")
+    assert text.splitlines() == ["a.py:", "1  a", "2  b", "3  c", "    \u22ee  (lines 4-8 not shown)", "9  d",
+                                 "", "b.py:", "4  e"]

@@ -34,6 +34,8 @@ __all__ = [
     "pairwise_sum",
     "allreduce_errors",
     "allreduce_error_table",
+    "fp32_inexact_counts",
+    "bf16_avg_scale_bias",
     "plot_allreduce_errors",
     "figure_svg",
 ]
@@ -46,22 +48,35 @@ _VARIANTS = (
 )
 
 
-def rank_gradients(world_size: int, n: int = 4096, seed: int = 0) -> dict[int, torch.Tensor]:
+def rank_gradients(world_size: int, n: int = 4096, seed: int = 0, shared: float = 0.0) -> dict[int, torch.Tensor]:
     """One bf16 gradient of ``n`` N(0, 1) values per rank, reproducible from ``seed``.
 
     bf16 because that is what a backward in bf16 (FSDP2 ``param_dtype=torch.bfloat16``)
-    produces; the reduction is what ``reduce_dtype`` decides.
+    produces; the reduction is what ``reduce_dtype`` decides.  With ``shared = c``
+    (``0 <= c < 1``) rank ``r``'s gradient is ``c * s + sqrt(1 - c**2) * e_r`` with
+    ``s`` and every ``e_r`` independent N(0, 1): still N(0, 1) per element, and two
+    ranks' gradients correlate at ``c**2``, as when every rank sees similar data.
+    ``shared = 0`` (the default) draws exactly what it drew before ``shared`` existed.
 
     >>> g = rank_gradients(2, n=3)
     >>> sorted(g), g[0].dtype, tuple(g[1].shape)
     ([0, 1], torch.bfloat16, (3,))
+    >>> c = rank_gradients(64, n=4096, shared=0.99)
+    >>> round(float(torch.corrcoef(torch.stack([c[0].float(), c[1].float()]))[0, 1]), 2)
+    0.98
     """
     if not is_int(world_size) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if not 0.0 <= shared < 1.0:
+        raise ValueError(f"shared must be in [0, 1), got {shared!r}")
     g = torch.Generator().manual_seed(seed)
-    return {r: torch.randn(n, generator=g).bfloat16() for r in range(world_size)}
+    if shared == 0.0:
+        return {r: torch.randn(n, generator=g).bfloat16() for r in range(world_size)}
+    s = torch.randn(n, generator=g)
+    noise = (1.0 - shared * shared) ** 0.5
+    return {r: (shared * s + noise * torch.randn(n, generator=g)).bfloat16() for r in range(world_size)}
 
 
 def allreduce(per_rank: dict[int, torch.Tensor], comm_dtype: torch.dtype) -> torch.Tensor:
@@ -140,7 +155,7 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
 
-def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str, float]:
+def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0, shared: float = 0.0) -> dict[str, float]:
     """Relative error ``||out - ref|| / ||ref||`` of three ways to all-reduce the same bf16 gradients.
 
     * ``"bf16 comm"``: reduce in bf16 (``reduce_dtype=torch.bfloat16``), the chain order;
@@ -150,13 +165,14 @@ def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str,
     * ``"fp32 comm, result rounded to bf16"``: the same, then one rounding to bf16,
       the floor for any result stored in bf16.
 
-    The reference is the fp64 sum of the same bf16 gradients.
+    The reference is the fp64 sum of the same bf16 gradients, drawn by
+    :func:`rank_gradients` (``shared``: how much of them the ranks share).
 
     >>> e = allreduce_errors(2, n=64)
     >>> e["fp32 comm"]
     0.0
     """
-    grads = rank_gradients(world_size, n, seed)
+    grads = rank_gradients(world_size, n, seed, shared)
     ref = torch.stack([g.double() for g in grads.values()]).sum(0)
     bf16 = allreduce(grads, torch.bfloat16)
     fp32 = allreduce(grads, torch.float32)
@@ -169,7 +185,7 @@ def allreduce_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str,
 
 
 def allreduce_error_table(
-    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), n: int = 4096, seed: int = 0
+    world_sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), n: int = 4096, seed: int = 0, shared: float = 0.0
 ) -> list[dict[str, float]]:
     """:func:`allreduce_errors` for each world size, one row each with a ``"world_size"`` key.
 
@@ -177,7 +193,49 @@ def allreduce_error_table(
     >>> [r["world_size"] for r in rows]
     [2, 4]
     """
-    return [{"world_size": w, **allreduce_errors(w, n, seed)} for w in world_sizes]
+    return [{"world_size": w, **allreduce_errors(w, n, seed, shared)} for w in world_sizes]
+
+
+def fp32_inexact_counts(
+    world_sizes: Sequence[int], seeds: Sequence[int] = range(20), n: int = 4096
+) -> dict[int, int]:
+    """For each world size, over how many of ``seeds`` the fp32 all-reduce differs from the fp64 sum.
+
+    Each seed draws other :func:`rank_gradients`; a sum of bf16 values is exact in
+    fp32 only while no partial sum needs more than fp32's 24 significant bits, so
+    exactness is a property of the values, not of the world size alone.
+
+    >>> fp32_inexact_counts([2], seeds=range(3), n=64)
+    {2: 0}
+    """
+    counts = {}
+    for w in world_sizes:
+        counts[w] = 0
+        for seed in seeds:
+            grads = rank_gradients(w, n, seed)
+            ref = torch.stack([g.double() for g in grads.values()]).sum(0)
+            counts[w] += bool(_rel_err(allreduce(grads, torch.float32), ref) > 0)
+    return counts
+
+
+def bf16_avg_scale_bias(world_size: int) -> dict[str, float]:
+    """The bf16 scalar ``1 / world_size`` as NCCL's AVG builds it, and its relative bias.
+
+    NCCL's ``hostToDevRedOp`` (``src/enqueue.cc``) turns ``ncclAvg`` on bf16 into a
+    pre-multiplied sum with the scalar ``__float2bfloat16(float(1.0/nRanks))``;
+    this rounds the same way (double to float to bf16, to nearest even).  Returns
+    the scalar (``"scale"``) and ``scale * world_size - 1`` (``"bias"``), the
+    relative error of an average taken with it, before any other rounding.
+
+    >>> bf16_avg_scale_bias(3)
+    {'scale': 0.333984375, 'bias': 0.001953125}
+    >>> bf16_avg_scale_bias(4)
+    {'scale': 0.25, 'bias': 0.0}
+    """
+    if not is_int(world_size) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    scale = torch.tensor(1.0 / world_size, dtype=torch.float32).bfloat16().double()
+    return {"scale": float(scale), "bias": float(scale * world_size - 1.0)}
 
 
 # Mid-contrast colours and a transparent background: legible on the light and

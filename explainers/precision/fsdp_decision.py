@@ -121,6 +121,10 @@ _REDUCE_DTYPE_SOURCE: dict[str, tuple[tuple[str, str, int | None, str | None], .
         (_FSDP2 + "_fsdp_param.py", "def to_accumulated_grad_if_needed", None, None),
     ),
     "2.15.0": (
+        # Whether a grad_dtype was set on the parameter (autograd's _has_grad_dtype_override,
+        # new in 2.15.0): only then does FSDP2 take it, None included, for the sharded .grad.
+        (_FSDP2 + "_fsdp_param.py", "self._has_sharded_grad_dtype_override = param._has_grad_dtype_override", 2,
+         None),
         # Each parameter's gradient dtype: reduce_dtype, else its grad_dtype, else its own dtype.
         (_FSDP2 + "_fsdp_param.py", "def unsharded_grad_dtype(self)", None, None),
         # The unsharded parameter's grad_dtype is set to it, so autograd casts to it ...

@@ -15,6 +15,7 @@ __all__ = [
     "short_dtypes",
     "fsdp_runs_by_policy",
     "fsdp_table",
+    "excerpt_listing",
 ]
 
 
@@ -84,3 +85,35 @@ def fsdp_table(reports: dict[str, dict]) -> str:
                 "held, sync off": run["no_sync_grad_dtype"],
             })
     return md_table(rows)
+
+
+def excerpt_listing(excerpts: Sequence[dict[str, str]], strip: str = "") -> str:
+    r"""Numbered excerpts (``{"path", "text"}``, as read by ``reduce_dtype_source``) as one listing.
+
+    Each excerpt is headed by its path (``strip`` removed from its front).  Where an
+    excerpt continues the previous one's file further down, the lines skipped between
+    them are marked, so a cut never reads as contiguous code.
+
+    >>> print(excerpt_listing([{"path": "a.py", "text": "10  x = 1\n11  y = 2"},
+    ...                        {"path": "a.py", "text": "15  return y"}]))
+    a.py:
+    10  x = 1
+    11  y = 2
+        ⋮  (lines 12-14 not shown)
+    15  return y
+    """
+    out: list[str] = []
+    prev_path, prev_last = None, None
+    for e in excerpts:
+        lines = e["text"].splitlines()
+        first, last = int(lines[0].split()[0]), int(lines[-1].split()[0])
+        if e["path"] == prev_path and prev_last is not None and first > prev_last:
+            if first > prev_last + 1:  # contiguous excerpts read as one block
+                out.append(f"    \u22ee  (lines {prev_last + 1}-{first - 1} not shown)")
+        else:
+            if out:
+                out.append("")
+            out.append(f"{e['path'].removeprefix(strip)}:")
+        out.extend(lines)
+        prev_path, prev_last = e["path"], last
+    return "\n".join(out)
