@@ -1,13 +1,10 @@
 """Draw an N-D tensor as a matrix of matrices.
 
-This implements the layout from Edward Z. Yang's post "Draw high dimensional
-tensors as a matrix of matrices"
+The layout of Edward Z. Yang's post "Draw high dimensional tensors as a matrix of matrices"
 (https://blog.ezyang.com/2025/10/draw-high-dimensional-tensors-as-a-matrix-of-matrices/).
-Dims are numbered as in PyTorch, a negative dim counting from the last one.
-The last two dims form an ordinary matrix; every dim before them lays out the
-blocks drawn for the dims after it, alternating side by side and top to
-bottom, and the separator grows so that an outer dim always separates more
-strongly than an inner one:
+Dims are numbered as in PyTorch (negative from the last). The last two dims form a matrix;
+every dim before them lays out the blocks of the dims after it, alternating side by side and
+top to bottom, with a separator that grows so an outer dim separates more strongly:
 
 ==============  ============  =====================================
 dim             direction     separator between neighbouring blocks
@@ -20,13 +17,9 @@ dim             direction     separator between neighbouring blocks
 -6, -8, ...     top to bottom one, two, ... full-width lines of dashes
 ==============  ============  =====================================
 
-The post's examples stop at 5-D (the ``:`` column of dim -5); the dash lines
-of dim -6 and the doubled separators beyond it extend the same rule beyond the
-post's examples.
-
-This file is a whole module: it needs only torch, numpy and the standard
-library, so it can be copied alone and run (``python render.py`` prints a
-drawing).
+The post's examples stop at 5-D; from dim -6 on the table extends its rule.
+This file needs only torch, numpy and the standard library: copy it alone and
+run it (``python render.py`` prints a drawing).
 
 >>> print(render(arange_nd(2, 2, 2, 2)))
  0   1     4   5
@@ -93,31 +86,27 @@ def render(
     """Return the matrix-of-matrices drawing of ``tensor`` as a string.
 
     Args:
-        tensor: a ``torch.Tensor``, a numpy array (object arrays of numbers or
-            strings included, which is how uneven data is padded with a marker),
-            or anything else with ``.shape`` that numpy can convert.
-        cell_width: width of every cell; values are right-aligned to it.
-            ``None`` means the width of the widest cell drawn.
-        summarize: like torch's printer, draw a summary once the tensor has
-            more than ``threshold`` elements.  ``summarize=False`` draws
-            everything.
+        tensor: a dense ``torch.Tensor`` (sparse, quantized, meta, nested, subclass and
+            vmap/grad-wrapped tensors raise ``TypeError``), a numpy array (object arrays of
+            numbers or strings included: uneven data padded with a marker), or anything else
+            with ``.shape`` that numpy can convert.  An empty tensor draws as ``''``.
+        cell_width: width of every cell, values right-aligned; ``None``: the widest cell drawn.
+        summarize: like torch's printer, draw a summary once the tensor has more than
+            ``threshold`` elements.  ``summarize=False`` draws everything.
         threshold: element count above which a summary is drawn.
-        edgeitems: elements kept at each end of a long dim among the last
-            two.  ``None`` (for both) means the current value set with
-            ``torch.set_printoptions``, as ``print(tensor)`` uses.
+        edgeitems: elements kept at each end of a long dim among the last two.  ``None`` (for
+            both) means the value set with ``torch.set_printoptions``, as ``print(tensor)`` uses.
 
-    Every element reads as it does in ``print(tensor)``: the floats of a
-    tensor share one format chosen over the whole tensor (in a summary, over
-    the elements torch's own summary shows), following the ``precision`` and
-    ``sci_mode`` set with ``torch.set_printoptions``.
+    Every element reads as it does in ``print(tensor)`` on CPU and CUDA: the floats share one
+    format (a complex tensor: one for the real, one for the imaginary parts) chosen over the
+    tensor (in a summary, over what torch's summary shows), following ``precision`` and
+    ``sci_mode`` of ``torch.set_printoptions``.
 
     In a summary, a long dim among the last two keeps ``edgeitems`` at each
-    end with a ``...`` row or column between, as torch's printer does for a
-    matrix.  Unlike torch's printer, which keeps ``edgeitems`` blocks at each
-    end of every dim, a dim before the last two keeps only its first and last
-    block once it has three or more, with one ``...`` column (side by side)
-    or row (top to bottom) between: each side-by-side dim draws at most two
-    blocks and one ``...`` column, whatever its size.
+    end with a ``...`` between, as torch's printer does; a dim before them
+    keeps only its first and last block (torch keeps ``edgeitems`` blocks at
+    each end), so each side-by-side dim draws at most two blocks and a ``...``.
+    Only the elements torch's summary shows are read, upcast and copied to host.
 
     Three dims put the 2-D blocks side by side:
 
@@ -160,6 +149,10 @@ def render(
       0  ...    4    ...     40  ...   44
     ...  ...  ...    ...    ...  ...  ...
      15  ...   19    ...     55  ...   59
+    >>> render(torch.ones(2, device="meta"))
+    Traceback (most recent call last):
+    ...
+    TypeError: render() reads only dense tensors, not a meta tensor: it has no values
     >>> render([1.5, -2.0])
     Traceback (most recent call last):
     ...
@@ -167,23 +160,27 @@ def render(
     """
     from torch import _tensor_str
 
-    values = _as_array(tensor)
+    values = _readable(tensor)
     # torch 2.14.1 and 2.15.0 do not export get_printoptions: the current options live in the
     # private torch._tensor_str, where print(tensor) reads them too, so render follows
     # torch.set_printoptions(precision=, sci_mode=, threshold=, edgeitems=) as print does.
     opts = _tensor_str.get_printoptions()
     threshold = opts["threshold"] if threshold is None else threshold
     edgeitems = opts["edgeitems"] if edgeitems is None else edgeitems
-    gaps: tuple[int | None, ...] = (None,) * values.ndim
-    if summarize and values.ndim and values.size > threshold:
+    shape = tuple(values.shape)
+    gaps: tuple[int | None, ...] = (None,) * len(shape)
+    if summarize and shape and math.prod(shape) > threshold:
         if not isinstance(edgeitems, int) or isinstance(edgeitems, bool) or edgeitems < 1:
             raise ValueError(f"render: edgeitems must be a positive int, got {edgeitems!r}")
-        shown, gaps = _summary_indices(values.shape, edgeitems)
-        # The float format is chosen over what torch's own summary shows, a superset of ours,
-        # so every cell reads exactly as in print(tensor).
-        torch_shows = values[np.ix_(*_summary_indices(values.shape, edgeitems, edgeitems)[0])]
-        cells = _format_cells(values[np.ix_(*shown)], torch_shows, opts)
+        # Read only what torch's summary shows (a superset of ours; it chooses the float format,
+        # so cells read as in print(tensor)): a large tensor is not upcast or copied whole.
+        torch_keeps = _summary_indices(shape, edgeitems, edgeitems)[0]
+        shown, gaps = _summary_indices(shape, edgeitems)
+        values = _to_numpy(values, torch_keeps)
+        at = [np.searchsorted(k, s) for k, s in zip(torch_keeps, shown, strict=True)]
+        cells = _format_cells(values[np.ix_(*at)], values, opts)
     else:
+        values = _to_numpy(values)
         cells = _format_cells(values, values, opts)
     if cells.size == 0:
         return ""
@@ -193,25 +190,19 @@ def render(
         if not isinstance(cell_width, int) or isinstance(cell_width, bool) or cell_width <= 0:
             raise ValueError(f"render: cell_width must be a positive int, got {cell_width!r}")
         if cell_width < width:
-            widest = max(drawn, key=len)
             raise ValueError(
-                f"render: cell_width={cell_width} is narrower than the value {widest!r} "
+                f"render: cell_width={cell_width} is narrower than the value {max(drawn, key=len)!r} "
                 f"({width} characters); pass cell_width>={width} or leave it None"
             )
         width = cell_width
-    lines = _layout(cells, width, gaps)
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(line.rstrip() for line in _layout(cells, width, gaps))
 
 
 # -- input handling ---------------------------------------------------------------
 
 
-def _as_array(tensor: Any) -> np.ndarray:
-    """Convert ``tensor`` to a numpy array without losing values.
-
-    Low-precision torch dtypes that numpy lacks (bfloat16, float8) go through
-    float32, and complex32 through complex64, which hold them exactly.
-    """
+def _readable(tensor: Any) -> Any:
+    """A detached dense ``torch.Tensor`` or a numpy array; a ``TypeError`` names any other kind."""
     if not hasattr(tensor, "shape"):
         raise TypeError(
             f"render() expects a tensor or array with a .shape, got {type(tensor).__name__}; "
@@ -219,24 +210,51 @@ def _as_array(tensor: Any) -> np.ndarray:
         )
     import torch
 
-    if isinstance(tensor, torch.Tensor):
-        t = tensor.detach()
-        # getattr: a torch older than this packed dtype (added in 2025) has no such attribute.
-        if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
-            # torch's printer (2.14.1 and 2.15.0) shows this packed dtype's uint8 bytes (as
-            # floats), since it has no casts; do the same.
-            t = t.view(torch.uint8).float()
-        elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
-            t = t.float()
-        elif t.is_complex() and t.dtype not in (torch.complex64, torch.complex128):
-            t = t.to(torch.complex64)
-        return t.cpu().resolve_conj().resolve_neg().numpy()
-    try:
-        return np.asarray(tensor)
-    except Exception as exc:  # noqa: BLE001 - re-raised with a clearer message
-        raise TypeError(
-            f"render() could not read {type(tensor).__name__} as an array: {exc}"
-        ) from exc
+    if not isinstance(tensor, torch.Tensor):
+        try:
+            return np.asarray(tensor)
+        except Exception as exc:  # noqa: BLE001 - re-raised with a clearer message
+            raise TypeError(f"render() could not read {type(tensor).__name__} as an array: {exc}") from exc
+    t = tensor.detach()
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor  # private (2.14.1, 2.15.0): vmap, grad
+    for refused, kind, hint in (
+        (t.is_nested, "nested", "draw each of t.unbind()"),
+        (t.is_meta, "meta", "it has no values"),
+        (t.is_quantized, "quantized", "draw t.dequantize()"),
+        (t.layout != torch.strided, str(t.layout)[6:], "draw t.to_dense()"),
+        (wrapped(t), "torch.func-wrapped", "draw it outside vmap and grad"),
+        (type(t) is not torch.Tensor, type(t).__name__, "draw a plain tensor (DTensor: .full_tensor())"),
+    ):
+        if refused:
+            raise TypeError(f"render() reads only dense tensors, not a {kind} tensor: {hint}")
+    return t
+
+
+def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """``values`` (from :func:`_readable`) as numpy, only the indices ``keeps`` of each dim.
+
+    Indexed first, so only kept elements are upcast (bfloat16, float8 to float32; complex32 to
+    complex64: exact) and copied to host."""
+    if isinstance(values, np.ndarray):
+        return values[np.ix_(*keeps)] if keeps else values
+    import torch
+
+    t = values
+    half = t.dtype == torch.complex32  # indexed as its int32 bits: most ops warn on complex32
+    t = t.resolve_conj().view(torch.int32) if half else t
+    for d, keep in enumerate(keeps or ()):
+        if len(keep) < t.shape[d]:
+            t = t.index_select(d, torch.as_tensor(keep, device=t.device))
+    t = t.view(torch.complex32) if half else t
+    # torch's printer (2.14.1, 2.15.0) shows this packed dtype, which has no casts, as its uint8
+    # bytes; getattr: a torch older than the dtype (added in 2025) has no such attribute.
+    if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
+        t = t.view(torch.uint8).float()
+    elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        t = t.float()
+    elif t.is_complex() and t.dtype not in (torch.complex64, torch.complex128):
+        t = t.to(torch.complex64)
+    return t.cpu().resolve_conj().resolve_neg().numpy()
 
 
 # -- formatting: the rule of torch's printer -------------------------------------------
@@ -245,15 +263,11 @@ def _as_array(tensor: Any) -> np.ndarray:
 def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     """One format for all the floats of a tensor, chosen the way ``print(tensor)`` chooses it.
 
-    This restates the rule of ``torch._tensor_str._Formatter`` in torch 2.14.1 and 2.15.0 (a private
-    class, so it is not imported): over the nonzero finite values, *int mode* holds when all
-    of them are integral, and *sci mode* when the largest magnitude is over 1000 times the
-    smallest, over 1e8, or the smallest is under 1e-4 (:data:`SCI_MODE_LIMITS`; unless
-    ``opts["sci_mode"]`` is set).
-    Sci mode, tested first, prints ``precision`` digits in ``e`` notation; int mode prints the
-    integer and a ``.``; otherwise ``precision`` fixed decimals.
-    This is a copy of torch's rule, not a call of it: after a torch upgrade, compare
-    ``render(t)`` with ``print(t)`` for a few tensors to see whether the rule moved.
+    A copy (not a call) of the rule of the private ``torch._tensor_str._Formatter`` in torch
+    2.14.1 and 2.15.0, deciding in float64 as torch does on CPU and CUDA: over the nonzero
+    finite values, *int mode* holds when all are integral, *sci mode* by :data:`SCI_MODE_LIMITS`
+    unless ``opts["sci_mode"]`` is set.  Sci mode, tested first, writes ``precision`` digits
+    after the point in ``e`` notation; int mode the integer and a ``.``; else ``precision`` decimals.
     """
     precision = opts["precision"]
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -317,11 +331,9 @@ def _summary_indices(
 ) -> tuple[list[np.ndarray], tuple[int | None, ...]]:
     """The indices a summary keeps for each dim, and where each dim's ``...`` goes.
 
-    The last two dims keep ``edgeitems`` at each end, as torch's printer does; a dim before
-    them keeps ``outer`` blocks at each end.  render keeps one, so that every dim laid out
-    side by side draws at most two blocks and one ``...`` column; ``outer=edgeitems`` gives
-    what torch's summary keeps (``get_summarized_data`` in torch 2.14.1 and 2.15.0).
-    """
+    The last two dims keep ``edgeitems`` at each end, a dim before them ``outer`` blocks at
+    each end (render keeps one); ``outer=edgeitems`` gives what torch's summary keeps
+    (``get_summarized_data`` in torch 2.14.1 and 2.15.0)."""
     keep, gaps = [], []
     for d, n in enumerate(shape):
         ends = edgeitems if d >= len(shape) - 2 else outer
@@ -361,11 +373,8 @@ def _layout(cells: np.ndarray, width: int, gaps: tuple[int | None, ...]) -> list
 def _ellipsis_block(
     shape: tuple[int, ...], gaps: tuple[int | None, ...], width: int, across: bool
 ) -> list[str]:
-    """The ``...`` that stands for omitted blocks of the given shape.
-
-    Between side-by-side blocks it is one cell wide and as tall as a block; between
-    stacked blocks one cell tall and as wide as a block, so the cells still line up.
-    """
+    """The ``...`` for omitted blocks of the given shape: between side-by-side blocks one cell
+    wide and a block tall, between stacked blocks one cell tall and a block wide."""
     m = len(shape)
     # Axis j of a block is dim -(m - j); even distances from the last dim run across.
     collapse = [((m - 1 - j) % 2 == 0) == across for j in range(m)]

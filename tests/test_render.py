@@ -282,3 +282,85 @@ def test_split_pieces_match_torch_split():
         for i, piece in enumerate(torch.split(x, 1, dim)):
             mask = torch.from_numpy(labels == chr(ord("a") + i))
             assert sorted(x[mask].tolist()) == sorted(piece.flatten().tolist())
+
+
+# -- a summary reads only what torch's summary shows; unreadable kinds are named --------------
+
+SUMMARIZED = [
+    torch.linspace(-3, 5e4, 6000).view(3, 2000),
+    torch.linspace(0.5, 1.5, 5000, dtype=torch.bfloat16).view(5, 10, 100),
+    torch.linspace(-2, 2, 3000).to(torch.float8_e4m3fn).view(30, 100),
+    torch.complex(torch.linspace(-1, 1, 4000), torch.linspace(3, 1e5, 4000)).view(2, 2, 10, 100).conj(),
+    torch.complex(torch.linspace(-1, 1, 2000), torch.linspace(3, 9, 2000)).conj().imag.view(4, 500),
+    torch.arange(1_000_000).view(100, 100, 100) % 7 == 0,
+    torch.arange(5 * 6 * 7 * 8 * 9).view(5, 6, 7, 8, 9),
+]
+
+
+@pytest.mark.parametrize("t", SUMMARIZED, ids=lambda t: f"{t.dtype}-{tuple(t.shape)}")
+def test_summary_reads_only_what_torch_shows_and_draws_the_same(t, monkeypatch):
+    # The old path converted the whole tensor to numpy first; a numpy array still takes it.
+    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        whole = t.float().numpy()
+    else:
+        whole = t.resolve_conj().resolve_neg().numpy()
+    expected = render(whole)
+    read = []
+    real = torch.Tensor.numpy
+
+    def counting(self, *args, **kwargs):
+        read.append(self.numel())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "numpy", counting)
+    assert render(t) == expected
+    shown = math.prod(min(n, 6) for n in t.shape)  # edgeitems=3 at each end of every dim
+    assert read == [shown] and shown < t.numel()
+    monkeypatch.undo()
+    if t.ndim <= 2:  # the same cells as print(tensor), ellipses aside
+        assert [c for c in render(t).split() if c != ELLIPSIS] == [
+            c for c in printed_cells(t) if c != ELLIPSIS
+        ]
+
+
+def _fake():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.ones(2, 2)
+
+
+def _quantized():
+    import warnings
+
+    with warnings.catch_warnings():  # 2.15.0 warns that quantized creation is deprecated
+        warnings.simplefilter("ignore")
+        return torch.quantize_per_tensor(torch.ones(2, 2), 0.1, 0, torch.quint8)
+
+
+UNREADABLE = {
+    "sparse_coo": lambda: torch.ones(2, 2).to_sparse(),
+    "_mkldnn": lambda: torch.ones(2, 2).to_mkldnn(),
+    "nested": lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged),
+    "meta": lambda: torch.ones(2, 2, device="meta"),
+    "quantized": _quantized,
+    "FakeTensor": _fake,
+}
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_unreadable_kinds_are_named(kind):
+    t = UNREADABLE[kind]()
+    with pytest.raises(TypeError, match=f"not a {re.escape(kind)} tensor"):
+        render(t)
+
+
+def test_vmap_and_grad_wrapped_and_parameters():
+    def f(x):
+        with pytest.raises(TypeError, match="not a torch.func-wrapped tensor"):
+            render(x)
+        return x.sum()
+
+    torch.func.grad(f)(torch.ones(3))
+    torch.vmap(f)(torch.ones(3, 2))
+    assert render(torch.nn.Parameter(torch.ones(2))) == "1.  1."
