@@ -1,8 +1,9 @@
 """What the Versions page shows: which release verified which page, and what changed between them.
 
-Each page's claims are executed on every release in
-:data:`explainers.releases.SUPPORTED`.  The published build runs on the
-primary release; nox builds the others first and each of those builds records
+``nox -s docs`` executes each page on the primary release only;
+``nox -s docs -- --all-releases`` and ``nox -s tests`` execute each page on every
+release in :data:`explainers.releases.SUPPORTED`.  The published build runs on the
+primary release; with ``--all-releases`` nox builds the others first and each of those builds records
 which pages it executed and whether their claims held (``record.json``, written
 by ``docs/_ext/strict_exec.py``).  :func:`matrix` turns those records into the
 page × release table.  :data:`DIFFERENCES` lists the behaviour differences the
@@ -59,29 +60,44 @@ DIFFERENCES: tuple[Difference, ...] = (
                "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 "
                "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16 and, with gradient sync "
                "off, holds bf16 gradients; 2.15.0 copies them into an fp32 buffer, reduce-scatters fp32 "
-               "and holds fp32 gradients; reduce_dtype=bf16 gives 2.14.1's behaviour on both; with "
-               "reduce_dtype=fp16 both reduce in fp16, but 2.15.0's gradients are fp16 before the "
-               "copy-in (the parameter's grad_dtype), 2.14.1's bf16; an explicit grad_dtype=None on the "
-               "parameters makes 2.15.0 reduce in bf16 and leave a bf16 sharded .grad (2.14.1 ignores it)"),
+               "and holds fp32 gradients; reduce_dtype=bf16 gives 2.14.1's behaviour on both"),
+    Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
+               "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp16) on fp32 parameters: "
+               "both reduce in fp16, but 2.15.0's gradients are fp16 before the copy-in (the "
+               "parameter's grad_dtype), 2.14.1's bf16"),
+    Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
+               "FSDP2 with param_dtype=bf16 and an explicit grad_dtype=None on every parameter of a "
+               "group: 2.15.0 reduces in bf16 and leaves a bf16 sharded .grad; 2.14.1 ignores grad_dtype"),
     Difference("precision", "versions-precision-refusal-type",
                "mean, nanmean, std and var_mean of an integer tensor and argmax and argmin of a bool "
                "tensor: 2.14.1 raises RuntimeError, 2.15.0 NotImplementedError (a RuntimeError "
                "subclass), with the same message; on meta and fake tensors only nanmean changed, mean "
                "and var_mean raise RuntimeError on both and std, argmax and argmin do not refuse"),
     Difference("versions", "versions-numerics",
-               "TORCHINDUCTOR_NUMERICS=strict: 2.15.0 turns emulate_precision_casts on with it, "
-               "2.14.1 leaves it off"),
+               "TORCHINDUCTOR_NUMERICS=strict: 2.15.0 turns emulate_precision_casts on with it, and "
+               "neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor an assignment turns it off while "
+               "strict is set; 2.14.1 leaves it off and the variable alone decides it; 2.15.0 adds "
+               "numerics values strict_pointwise and strict_reduction"),
     Difference("versions", "versions-premul-sum",
                "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM: 2.14.1 raises "
                "NotImplementedError, 2.15.0 multiplies by the factor and sums"),
     Difference("versions", "versions-fsdp2-mixed-grads",
-               "FSDP2 with grad_dtype=None on some parameters under param_dtype=bf16: 2.15.0 "
-               "reduce-scatters the mixed bf16 and fp32 gradients in the promoted dtype (fp32), "
-               "2.14.1 ignores grad_dtype and reduce-scatters bf16 (its foreach_reduce asserts a "
-               "uniform gradient dtype)"),
+               "FSDP2 with param_dtype=bf16 and grad_dtype=None on some but not all parameters of a "
+               "group: with one backward, every gradient reaches foreach_reduce in bf16 on both and "
+               "2.15.0 reduces in fp32 (2.14.1 in bf16); after a backward "
+               "with gradient sync off, 2.15.0's foreach_reduce receives one bf16 and three fp32 "
+               "gradients and reduce-scatters fp32; 2.14.1 receives four bf16 gradients and "
+               "reduce-scatters bf16 (its foreach_reduce asserts a uniform gradient dtype)"),
     Difference("versions", "versions-integer-var",
-               "var of an integer tensor (like std, mean and var_mean): 2.14.1 raises RuntimeError, "
-               "2.15.0 NotImplementedError, with the same message"),
+               "var and std_mean of an integer CPU tensor (like std, mean and var_mean): 2.14.1 raises "
+               "RuntimeError, 2.15.0 NotImplementedError, with the same message"),
+    Difference("versions", "versions-bfx9",
+               "fp32_precision = \"bfx9\": 2.15.0's torch.backends.cuda.matmul.fp32_precision accepts "
+               "it and the other setters refuse it as cuda-matmul-only; 2.14.1's setters all refuse it "
+               "as an unknown precision"),
+    Difference("versions", "versions-unsorted-ranks",
+               "LocalTensorMode's _prepare_collective_groups for a process group whose ranks are not "
+               "ascending: 2.14.1 raises AssertionError(ranks), 2.15.0 sorts them"),
 )
 
 
