@@ -2,43 +2,62 @@
 
 Each probe takes and returns plain JSON, so :func:`explainers.releases.run_under`
 can run it under every supported release and the page can put the answers side
-by side.  :func:`probe_all` runs all four in one fresh process:
+by side.  :func:`probe_all` runs all but the FSDP2 probe (and the process-spawning
+:func:`numerics_env_override`) in one fresh process:
 
 * :func:`numerics_strict`: what ``TORCHINDUCTOR_NUMERICS=strict`` implies for
-  ``torch._inductor.config.emulate_precision_casts``;
+  ``torch._inductor.config.emulate_precision_casts``, and what overrides it
+  (:func:`numerics_env_override`, run on its own, reads it in further processes);
 * :func:`premul_sum`: an ``all_reduce`` with ``ReduceOp.PREMUL_SUM`` under
   ``LocalTensorMode`` (the simulated worlds of the mesh page);
-* :func:`fsdp2_mixed_grad_dtypes`: the dtype FSDP2 reduce-scatters in when one
-  parameter's gradient is bf16 and the others' fp32;
-* :func:`integer_reductions`: the exception ``var``, ``std``, ``mean`` and
-  ``var_mean`` raise for an integer tensor.
+* :func:`fsdp2_mixed_grad_dtypes`: the gradients FSDP2's ``foreach_reduce`` receives,
+  and the dtype it reduces in, when some parameters have ``grad_dtype=None``;
+* :func:`integer_reductions`: the exception ``var``, ``std``, ``mean``, ``var_mean``
+  and ``std_mean`` raise for an integer tensor.
 
-Private APIs (checked on torch 2.14.1 and 2.15.0): ``torch.distributed._make_nccl_premul_sum``
-(the only way to build a PREMUL_SUM ``ReduceOp`` from Python; FSDP2 uses it),
+Private APIs (checked on torch 2.14.1 and 2.15.0):
 ``torch.distributed._local_tensor.LocalTensorMode`` (through
-:mod:`explainers.mesh.simulated`), and ``torch.utils._python_dispatch.TorchDispatchMode``
-(to see the reduce-scatter FSDP2 dispatches).
+:mod:`explainers.mesh.simulated`), ``torch.utils._python_dispatch.TorchDispatchMode``
+(to see the reduce-scatter FSDP2 dispatches),
+``torch.distributed.fsdp._fully_shard._fsdp_param_group.foreach_reduce`` (the module
+global FSDP2's post-backward calls with the gradients to reduce; wrapped to record
+them), and ``torch._subclasses.FakeTensorMode``.
 
->>> integer_reductions(ops=("var",))["var"]["message"]
+>>> integer_reductions(ops=("var",))["cpu"]["var"]["message"]
 'std and var only support floating point and complex dtypes'
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Any
 
-__all__ = ["fsdp2_mixed_grad_dtypes", "integer_reductions", "numerics_strict", "premul_sum",
-           "probe_all"]
+__all__ = ["FSDP2_CASES", "fsdp2_mixed_grad_dtypes", "integer_reductions", "numerics_env_override",
+           "numerics_strict", "premul_sum",
+           "probe_all", "source_facts"]
+
+
+def _emulate_flag_in_child(emulate_env: str) -> bool:
+    # A fresh interpreter of this release: Inductor reads both variables at import.
+    env = {**os.environ, "TORCHINDUCTOR_NUMERICS": "strict",
+           "TORCHINDUCTOR_EMULATE_PRECISION_CASTS": emulate_env}
+    code = "from torch._inductor import config; print(int(config.emulate_precision_casts))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+    return proc.stdout.strip().splitlines()[-1] == "1"
 
 
 def numerics_strict() -> dict[str, Any]:
-    """``emulate_precision_casts`` with ``TORCHINDUCTOR_NUMERICS=strict``, and with ``numerics="default"``.
+    """``emulate_precision_casts`` with ``TORCHINDUCTOR_NUMERICS=strict``, and what overrides it.
 
     Inductor reads the variable when ``torch._inductor.config`` is first imported, so
     this must run in a process that has not imported it yet (a :func:`run_under` child);
     ``TORCHINDUCTOR_EMULATE_PRECISION_CASTS`` is removed first, since it sets the flag too.
+    (:func:`numerics_env_override` sets it.)  ``set_false`` the flag read after ``config.emulate_precision_casts = False``;
+    ``strict_reduction`` and ``bogus`` what ``numerics`` and the flag read after assigning
+    those values (no release rejects either).
 
     >>> from explainers.releases import PRIMARY, run_under
     >>> run_under(PRIMARY, "explainers.version_probes:numerics_strict")["default"]
@@ -53,17 +72,35 @@ def numerics_strict() -> dict[str, Any]:
     from torch._inductor import config
 
     strict = (config.numerics, bool(config.emulate_precision_casts))
-    with config.patch(numerics="default"):
-        default = (config.numerics, bool(config.emulate_precision_casts))
+    with config.patch(emulate_precision_casts=False):
+        set_false = bool(config.emulate_precision_casts)
+    other = {}
+    for value in ("default", "strict_reduction", "bogus"):
+        with config.patch(numerics=value):
+            other[value] = (config.numerics, bool(config.emulate_precision_casts))
     return {"torch": torch.__version__, "numerics": strict[0], "strict": strict[1],
-            "default_numerics": default[0], "default": default[1]}
+            "default_numerics": other["default"][0], "default": other["default"][1],
+            "set_false": set_false,
+            "strict_reduction": list(other["strict_reduction"]), "bogus": list(other["bogus"])}
+
+
+def numerics_env_override() -> dict[str, bool]:
+    """``emulate_precision_casts`` under ``TORCHINDUCTOR_NUMERICS=strict`` when
+    ``TORCHINDUCTOR_EMULATE_PRECISION_CASTS`` is ``"0"`` or ``"1"``, each read in a fresh
+    interpreter of this torch.
+
+    >>> numerics_env_override()["1"]
+    True
+    """
+    return {v: _emulate_flag_in_child(v) for v in ("0", "1")}
 
 
 def premul_sum(world_size: int = 2, factor: float = 2.0) -> dict[str, Any]:
-    """``all_reduce(ones(3), PREMUL_SUM with factor)`` in a simulated ``world_size``-rank world.
+    """``all_reduce(ones(3), ReduceOp.PREMUL_SUM(factor))`` in a simulated ``world_size``-rank world.
 
-    Returns ``raised`` (the exception's type name, or ``None``), ``message`` and
-    ``values`` (each rank's result, or ``None`` when it raised).
+    ``ReduceOp.PREMUL_SUM(factor)`` is the public form FSDP2 itself writes.  Returns
+    ``raised`` (the exception's type name, or ``None``), ``message`` and ``values``
+    (each rank's result, or ``None`` when it raised).
 
     >>> premul_sum(2, 0.5)["values"] in ([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], None)
     True
@@ -76,24 +113,34 @@ def premul_sum(world_size: int = 2, factor: float = 2.0) -> dict[str, Any]:
     with simulated_world(world_size):
         t = torch.ones(3)
         try:
-            dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+            dist.all_reduce(t, op=dist.ReduceOp.PREMUL_SUM(factor))
         except NotImplementedError as exc:
             return {"raised": type(exc).__name__, "message": str(exc), "values": None}
         values = [t._local_tensors[r].tolist() for r in sorted(t._local_tensors)]
     return {"raised": None, "message": None, "values": values}
 
 
+def _dtype_name(dtype: Any) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+# grad_dtype=None is set on these of the four parameters (weight, bias, weight, bias);
+# "one, no sync first" runs a backward with gradient sync off before the synced one.
+FSDP2_CASES = {"none": 0, "one": 1, "three": 3, "all": 4, "one, no sync first": 1}
+
+
 def fsdp2_mixed_grad_dtypes() -> dict[str, Any]:
-    """The dtype of FSDP2's reduce-scatter when ``grad_dtype=None`` is set on no, one or every parameter.
+    """What FSDP2's ``foreach_reduce`` receives and reduce-scatters, per case of :data:`FSDP2_CASES`.
 
     A two-``Linear`` fp32 model, ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16)``,
-    one backward, on the ``"fake"`` process group (rank 0 of 2: the collective moves no
-    data, FSDP2 still chooses its dtype).  ``grad_dtype=None`` lets a parameter's gradient
-    keep the bf16 of the computation, so "one" gives a group with one bf16 and three fp32
-    gradients.  ``uniform_assert`` says whether the installed FSDP2 still has the check
+    on the ``"fake"`` process group (rank 0 of 2: the collective moves no data, FSDP2
+    still chooses its dtypes).  ``received[case]`` is the dtypes of the gradients handed
+    to ``foreach_reduce`` in the synced backward and its ``reduce_dtype`` argument;
+    ``reduce_scatter_dtype[case]`` the dtype of each reduce-scatter dispatched.
+    ``uniform_assert`` says whether the installed FSDP2 still has the check
     "FSDP reduce-scatter expects uniform gradient dtype".
 
-    >>> fsdp2_mixed_grad_dtypes()["reduce_scatter_dtype"]["all"]  # every gradient bf16
+    >>> fsdp2_mixed_grad_dtypes()["reduce_scatter_dtype"]["all"]  # every grad_dtype None
     ['bfloat16']
     """
     import inspect
@@ -101,6 +148,7 @@ def fsdp2_mixed_grad_dtypes() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     import torch.distributed.fsdp._fully_shard._fsdp_collectives as collectives
+    import torch.distributed.fsdp._fully_shard._fsdp_param_group as param_group
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -111,51 +159,100 @@ def fsdp2_mixed_grad_dtypes() -> dict[str, Any]:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if "reduce_scatter" in str(func):
-                self.dtypes.append(str(args[1].dtype).removeprefix("torch."))
+                self.dtypes.append(_dtype_name(args[1].dtype))
             return func(*args, **(kwargs or {}))
 
+    received: list[dict[str, Any]] = []
+    original = param_group.foreach_reduce
+    signature = inspect.signature(original)
+
+    def recording(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        received.append({"grads": [_dtype_name(g.dtype) for g in bound["unsharded_grads"]],
+                         "reduce_dtype": _dtype_name(bound["reduce_dtype"])})
+        return original(*args, **kwargs)
+
     out: dict[str, Any] = {}
+    got: dict[str, Any] = {}
+    param_group.foreach_reduce = recording
     dist.init_process_group("fake", rank=0, world_size=2)
     try:
-        for which in ("none", "one", "all"):
+        for case, count in FSDP2_CASES.items():
             torch.manual_seed(0)
             model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
-            params = list(model.parameters())
-            for p in {"none": [], "one": params[:1], "all": params}[which]:
+            for p in list(model.parameters())[:count]:
                 p.grad_dtype = None
             fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+            if case.endswith("no sync first"):
+                model.set_requires_gradient_sync(False)
+                model(torch.ones(2, 4)).float().sum().backward()
+                model.set_requires_gradient_sync(True)
+            received.clear()
             seen = Seen()
             with seen:
                 model(torch.ones(2, 4)).float().sum().backward()
-            out[which] = seen.dtypes
+            out[case], got[case] = seen.dtypes, list(received)
     finally:
+        param_group.foreach_reduce = original
         dist.destroy_process_group()
     text = inspect.getsource(collectives)
-    return {"reduce_scatter_dtype": out,
+    return {"reduce_scatter_dtype": out, "received": got,
             "uniform_assert": "FSDP reduce-scatter expects uniform gradient dtype" in text}
 
 
-def integer_reductions(ops: tuple[str, ...] = ("var", "std", "mean", "var_mean")) -> dict[str, Any]:
-    """The exception each of ``ops`` raises for ``torch.arange(6)``: type name and first line.
+def integer_reductions(ops: tuple[str, ...] = ("var", "std", "mean", "var_mean", "std_mean"),
+                       where: tuple[str, ...] = ("cpu", "meta", "fake")) -> dict[str, Any]:
+    """What each of ``ops`` does to ``torch.arange(6)`` on a CPU, a meta and a fake tensor.
 
-    >>> integer_reductions(ops=("sum",))
-    {'sum': {'raised': None, 'message': None}}
+    ``{where: {op: {"raised", "message", "dtype"}}}``: the exception's type name and first
+    line, or ``None`` and the dtype of the (first) result.
+
+    >>> integer_reductions(ops=("sum",), where=("cpu",))
+    {'cpu': {'sum': {'raised': None, 'message': None, 'dtype': 'int64'}}}
     """
-    import torch
+    import contextlib
 
-    out = {}
-    for op in ops:
-        try:
-            getattr(torch, op)(torch.arange(6))
-        except RuntimeError as exc:  # NotImplementedError is a RuntimeError subclass
-            out[op] = {"raised": type(exc).__name__, "message": str(exc).splitlines()[0].strip()}
-        else:
-            out[op] = {"raised": None, "message": None}
+    import torch
+    from torch._subclasses import FakeTensorMode
+
+    out: dict[str, Any] = {}
+    for place in where:
+        mode = FakeTensorMode() if place == "fake" else contextlib.nullcontext()
+        out[place] = {}
+        with mode:
+            x = torch.arange(6, device="meta" if place == "meta" else "cpu")
+            for op in ops:
+                try:
+                    got = getattr(torch, op)(x)
+                except RuntimeError as exc:  # NotImplementedError is a RuntimeError subclass
+                    out[place][op] = {"raised": type(exc).__name__,
+                                      "message": str(exc).splitlines()[0].strip(), "dtype": None}
+                else:
+                    first = got[0] if isinstance(got, tuple) else got
+                    out[place][op] = {"raised": None, "message": None, "dtype": _dtype_name(first.dtype)}
     return out
 
 
+def source_facts() -> dict[str, bool]:
+    """Whether lines the page names occur in this release's installed source.
+
+    >>> source_facts()["fsdp2_public_premul_sum"]
+    True
+    """
+    import inspect
+
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives as collectives
+    from torch.distributed._local_tensor import _c10d
+
+    prepare = inspect.getsource(_c10d._prepare_collective_groups)
+    return {"fsdp2_public_premul_sum": "ReduceOp.PREMUL_SUM(1 / factor)" in inspect.getsource(collectives),
+            "unsorted_ranks_raise": "if ranks != sorted(ranks):" in prepare
+            and "raise AssertionError(ranks)" in prepare,
+            "ranks_sorted": "ranks_sorted = sorted(ranks)" in prepare}
+
+
 def probe_all() -> dict[str, Any]:
-    """All four probes, :func:`numerics_strict` first (it needs a fresh process), and torch's build.
+    """The probes but FSDP2's, :func:`numerics_strict` first (it needs a fresh process), and torch's build.
 
     ``torch`` is ``torch.__version__``, ``git`` the first 12 digits of the commit it
     was built from, ``cuda`` the CUDA toolkit it was built against (``None`` for a CPU build).
@@ -171,4 +268,5 @@ def probe_all() -> dict[str, Any]:
 
     return {"torch": numerics.pop("torch"), "git": torch.version.git_version[:12],
             "cuda": torch.version.cuda, "numerics": numerics, "premul_sum": premul_sum(),
-            "fsdp2": fsdp2_mixed_grad_dtypes(), "integer_reductions": integer_reductions()}
+            "integer_reductions": integer_reductions(),
+            "source": source_facts()}

@@ -1,8 +1,9 @@
 """What the Versions page shows: which release verified which page, and what changed between them.
 
-Each page's claims are executed on every release in
-:data:`explainers.releases.SUPPORTED`.  The published build runs on the
-primary release; nox builds the others first and each of those builds records
+``nox -s docs`` executes each page on the primary release only;
+``nox -s docs -- --all-releases`` and ``nox -s tests`` execute each page on every
+release in :data:`explainers.releases.SUPPORTED`.  The published build runs on the
+primary release; with ``--all-releases`` nox builds the others first and each of those builds records
 which pages it executed and whether their claims held (``record.json``, written
 by ``docs/_ext/strict_exec.py``).  :func:`matrix` turns those records into the
 page × release table.  :data:`DIFFERENCES` lists the behaviour differences the
@@ -27,61 +28,87 @@ __all__ = ["DIFFERENCES", "Difference", "matrix", "read_records"]
 
 @dataclass(frozen=True)
 class Difference:
-    """A behaviour that differs between supported releases, and the section that executes it."""
+    """A behaviour that differs between supported releases, and the section that executes it:
+    ``what`` is the behaviour, ``old`` what 2.14.1 does, ``new`` what 2.15.0 does."""
 
     page: str
     label: str
     what: str
+    old: str
+    new: str
 
 
 # One entry per difference a page shows by execution; the page asserts each release's behaviour.
 DIFFERENCES: tuple[Difference, ...] = (
     Difference("mesh", "versions-mesh-broadcast",
-               "LocalTensorMode's emulated broadcast from a group rank other than 0: 2.14.1 takes the "
-               "source from the wrong rank, silently, along mesh dims whose groups are not consecutive "
-               "ranks; 2.15.0 broadcasts what gloo broadcasts"),
+               "LocalTensorMode's emulated broadcast from a group rank other than 0",
+               "takes the source from the wrong rank, silently, along mesh dims whose groups are not "
+               "consecutive ranks",
+               "broadcasts what gloo broadcasts"),
     Difference("allocator", "versions-allocator-free",
-               "the host allocator's free() when recording an event fails, reached from a dying "
-               "StorageImpl: 2.14.1 lets the exception out and the process terminates; 2.15.0 "
+               "the host allocator's free() when recording an event fails, reached from a dying StorageImpl",
+               "lets the exception out and the process terminates",
                "catches it, warns once, and never reuses the block"),
     Difference("allocator", "versions-allocator-stats",
-               "the host allocator's statistics: 2.14.1 updates the allocation and per-bucket counters "
-               "from pools holding different mutexes and getStats reads them under the default pool's "
-               "locks only (ThreadSanitizer reports races); 2.15.0 keeps per-bucket counters per pool "
-               "and guards the rest with a new innermost stats_.allocations_mutex_ (no reports)"),
+               "the host allocator's statistics",
+               "updates the allocation and per-bucket counters from pools holding different mutexes, and "
+               "getStats reads them under the default pool's locks only (ThreadSanitizer reports races)",
+               "keeps per-bucket counters per pool and guards the rest with a new innermost "
+               "stats_.allocations_mutex_ (no reports)"),
     Difference("allocator", "versions-allocator-empty-cache",
-               "the host allocator's empty_cache(): 2.14.1 can destroy mutexes a concurrent free() "
-               "holds, and re-locks instance_mutex_ shared while holding it (libstdc++ throws "
-               "std::system_error); 2.15.0 does neither"),
+               "the host allocator's empty_cache()",
+               "can destroy mutexes a concurrent free() holds, and re-locks instance_mutex_ shared while "
+               "holding it (libstdc++ throws std::system_error)",
+               "does neither"),
     Difference("allocator", "versions-allocator-record-stream",
-               "aten::record_stream's kernels: 2.15.0 adds MPS; neither release has a CPU kernel"),
+               "aten::record_stream's kernels (neither release has a CPU kernel)",
+               "no MPS kernel", "adds MPS"),
     Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
-               "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 "
-               "parameters: 2.14.1 reduce-scatters the bf16 gradients in bf16 and, with gradient sync "
-               "off, holds bf16 gradients; 2.15.0 copies them into an fp32 buffer, reduce-scatters fp32 "
-               "and holds fp32 gradients; reduce_dtype=bf16 gives 2.14.1's behaviour on both; with "
-               "reduce_dtype=fp16 both reduce in fp16, but 2.15.0's gradients are fp16 before the "
-               "copy-in (the parameter's grad_dtype), 2.14.1's bf16; an explicit grad_dtype=None on the "
-               "parameters makes 2.15.0 reduce in bf16 and leave a bf16 sharded .grad (2.14.1 ignores it)"),
+               "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16) and reduce_dtype=None on fp32 parameters "
+               "(reduce_dtype=bf16 gives 2.14.1's behaviour on both)",
+               "reduce-scatters the bf16 gradients in bf16 and, with gradient sync off, holds bf16 gradients",
+               "copies them into an fp32 buffer, reduce-scatters fp32 and holds fp32 gradients"),
+    Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
+               "FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp16) on fp32 parameters "
+               "(both reduce in fp16)",
+               "gradients are bf16 before the copy-in",
+               "gradients are fp16 before the copy-in (the parameter's grad_dtype)"),
+    Difference("collectives", "versions-collectives-fsdp2-reduce-dtype",
+               "FSDP2 with param_dtype=bf16 and an explicit grad_dtype=None on every parameter of a group",
+               "ignores grad_dtype",
+               "reduces in bf16 and leaves a bf16 sharded .grad"),
     Difference("precision", "versions-precision-refusal-type",
-               "mean, nanmean, std and var_mean of an integer tensor and argmax and argmin of a bool "
-               "tensor: 2.14.1 raises RuntimeError, 2.15.0 NotImplementedError (a RuntimeError "
-               "subclass), with the same message; on meta and fake tensors only nanmean changed, mean "
-               "and var_mean raise RuntimeError on both and std, argmax and argmin do not refuse"),
+               "mean, nanmean, std and var_mean of an integer tensor, argmax and argmin of a bool tensor "
+               "(same message on both; on meta and fake tensors only nanmean changed, mean and var_mean "
+               "raise RuntimeError on both, std, argmax and argmin do not refuse)",
+               "RuntimeError", "NotImplementedError (a RuntimeError subclass)"),
     Difference("versions", "versions-numerics",
-               "TORCHINDUCTOR_NUMERICS=strict: 2.15.0 turns emulate_precision_casts on with it, "
-               "2.14.1 leaves it off"),
+               "TORCHINDUCTOR_NUMERICS=strict and emulate_precision_casts",
+               "leaves it off; TORCHINDUCTOR_EMULATE_PRECISION_CASTS alone decides it; numerics values "
+               "default and strict",
+               "turns it on, and neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor an assignment turns it "
+               "off while strict is set; adds the values strict_pointwise and strict_reduction"),
     Difference("versions", "versions-premul-sum",
-               "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM: 2.14.1 raises "
-               "NotImplementedError, 2.15.0 multiplies by the factor and sums"),
+               "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM",
+               "raises NotImplementedError", "multiplies by the factor and sums"),
     Difference("versions", "versions-fsdp2-mixed-grads",
-               "FSDP2 with grad_dtype=None on some parameters under param_dtype=bf16: 2.15.0 "
-               "reduce-scatters the mixed bf16 and fp32 gradients in the promoted dtype (fp32), "
-               "2.14.1 ignores grad_dtype and reduce-scatters bf16 (its foreach_reduce asserts a "
-               "uniform gradient dtype)"),
+               "FSDP2 with param_dtype=bf16 and grad_dtype=None on some but not all parameters of a group",
+               "ignores grad_dtype: foreach_reduce receives bf16 gradients and reduce-scatters bf16, also "
+               "after a backward with gradient sync off (its foreach_reduce asserts a uniform gradient dtype)",
+               "with one backward, foreach_reduce receives bf16 gradients and reduces in fp32; after a "
+               "backward with gradient sync off, it receives one bf16 and three fp32 gradients and "
+               "reduce-scatters fp32"),
     Difference("versions", "versions-integer-var",
-               "var of an integer tensor (like std, mean and var_mean): 2.14.1 raises RuntimeError, "
-               "2.15.0 NotImplementedError, with the same message"),
+               "var and std_mean of an integer CPU tensor (like std, mean and var_mean; same message on both)",
+               "RuntimeError", "NotImplementedError"),
+    Difference("versions", "versions-bfx9",
+               "fp32_precision = \"bfx9\"",
+               "every setter refuses it as an unknown precision",
+               "torch.backends.cuda.matmul.fp32_precision accepts it; the other setters refuse it as "
+               "cuda-matmul-only"),
+    Difference("versions", "versions-unsorted-ranks",
+               "LocalTensorMode's _prepare_collective_groups for a process group whose ranks are not ascending",
+               "raises AssertionError(ranks)", "sorts them"),
 )
 
 
