@@ -94,6 +94,7 @@ def test_compile_outputs_runs_each_input_and_keeps_code():
     from explainers.precision.compile_mechanism import compile_outputs
 
     code = []
-    outs = compile_outputs(torch.neg, contextlib.nullcontext, [[torch.ones(2)], [torch.ones(3)]], code=code)
+    inputs = [[torch.ones(2)], [torch.ones(3)]]
+    outs = compile_outputs(torch.neg, contextlib.nullcontext, inputs, code=code)
     assert [o.tolist() for o in outs] == [[-1.0, -1.0], [-1.0, -1.0, -1.0]]
     assert code and "def call" in "".join(code)
