@@ -98,7 +98,7 @@ def test_issue_163449_on_cpu():
     code = []
     s = summarize_issue_runs(run_issue_163449(range(8), steps_code=code))
     assert cfg.emulate_precision_casts == before
-    # eager var is fp64 rounded once; the compiled var is an fp32 Welford reduction
+    # inputs in [0, 1): eager var is fp64 rounded once; compiled var is an fp32 Welford reduction
     assert s.eager_var_fp64_rounded == 8
     assert any(st.startswith("Welford<") for st in welford_statements(code))
     assert s.pow_follows_compiled_t7

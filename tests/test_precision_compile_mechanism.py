@@ -1,5 +1,7 @@
 """Tests of explainers.precision.compile_mechanism (the compiling test is slow)."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -60,3 +62,39 @@ def test_cache_off_gives_eager_for_a_bf16_round_trip():
     out = compile_without_convert_cache(lambda a, b: f(a, b)[1], settings, [args])
     assert torch.equal(out[0], eager)
     assert contextlib  # the settings factory is a context manager
+
+
+def test_full_reduction_var_is_eager_cpu_var_at_an_offset_where_fp64_rounding_is_not():
+    from explainers.precision.compile_mechanism import full_reduction_var
+
+    x = torch.rand(40, generator=torch.Generator().manual_seed(0)) * 1e-2 + 1e5
+    assert torch.equal(x.var(), full_reduction_var(x))
+    assert not torch.equal(x.var(), x.double().var().float())  # the fp32 mean's rounding shows
+
+
+def test_full_reduction_var_keeps_fp64_to_rounding():
+    from explainers.precision.compile_mechanism import full_reduction_var
+
+    x = torch.rand(17, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    assert full_reduction_var(x).dtype == torch.float64
+    # the order of the double additions may differ from the kernel's: equal to rounding only
+    assert torch.allclose(full_reduction_var(x), x.var(), rtol=1e-14, atol=0)
+
+
+def test_var_path_sweep_counts_per_offset():
+    from explainers.precision.compile_mechanism import var_path_sweep
+
+    rows = var_path_sweep((1.0, 1e5), range(5))
+    assert [r["offset"] for r in rows] == [1.0, 1e5]
+    assert all(r["all_is_model"] == r["dim_is_double_var"] == 5 for r in rows)
+    assert rows[0]["all_is_fp64_rounded"] == 5 and rows[1]["all_is_fp64_rounded"] < 5
+
+
+def test_compile_outputs_runs_each_input_and_keeps_code():
+    from explainers.precision.compile_mechanism import compile_outputs
+
+    code = []
+    inputs = [[torch.ones(2)], [torch.ones(3)]]
+    outs = compile_outputs(torch.neg, contextlib.nullcontext, inputs, code=code)
+    assert [o.tolist() for o in outs] == [[-1.0, -1.0], [-1.0, -1.0, -1.0]]
+    assert code and "def call" in "".join(code)

@@ -52,7 +52,7 @@ ISSUES: dict[int, dict[str, str]] = {
         "title": "[Fuzzer][Eager/Compile Divergence] 8+% numerical difference between eager and compile",
         "status": "closed",
         "what": "CUDA, `emulate_precision_casts = True`: `pow(pow(t4, t7), t7 + t4 + relu(arg4))` of a "
-        "bf16 `norm()` `t4` and an fp32 `t7 = var(var(x, dim=0))`; the only numerics report.",
+        "bf16 `norm()` `t4` and an fp32 `t7 = var(var(x, dim=0))`; the only one of these three about numerics.",
     },
     163457: {
         "title": "[Fuzzer][Eager/Compile Divergence] unsupported operand type(s) for divmod(): "

@@ -2,11 +2,15 @@
 
 Two ablations for :mod:`explainers.precision.compile_issue`:
 
-* ``var``: eager CPU ``var`` of fp32 accumulates in double
-  (``CPU_ACC_TYPE(float, double)`` in ``ATen/AccumulateType.h``) and rounds
-  once; Inductor's C++ kernel runs an fp32 Welford recurrence.
-  :func:`double_var` and :func:`fp32_welford_var` compute each of the two
-  explicitly, so a page can show that each explains its side bit for bit.
+* ``var``: eager CPU ``var`` of fp32 has two paths, neither of them through
+  ``at::acc_type``.  Along a dim it is ``std_var_kernel_impl``
+  (``aten/src/ATen/native/cpu/ReduceOpsKernel.cpp``), a Welford recurrence
+  in double rounded once to fp32, which :func:`double_var` matches; a full
+  reduction to one number is ``std_var_all_cpu``
+  (``aten/src/ATen/native/ReduceOps.cpp``): an fp32 ``mean()`` read as a
+  double, then a sum of squared deviations in double, which
+  :func:`full_reduction_var` writes out.  Inductor's C++ kernel runs an
+  fp32 Welford recurrence, :func:`fp32_welford_var`.
 * ``t4``'s bf16 rounding: :func:`compile_without_convert_cache` compiles with
   ``emulate_precision_casts=False`` but with the C++ backend's dtype-convert
   cache switched off, and nothing else changed.
@@ -27,7 +31,10 @@ import torch
 __all__ = [
     "fp32_welford_var",
     "double_var",
+    "full_reduction_var",
+    "var_path_sweep",
     "convert_cache_off",
+    "compile_outputs",
     "compile_without_convert_cache",
     "t4_kernel_lines",
 ]
@@ -60,10 +67,62 @@ def fp32_welford_var(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
 def double_var(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """``x.var(dim)`` computed in double and rounded once to ``x``'s dtype.
 
+    Eager CPU ``var`` along a dim runs a Welford recurrence in double
+    (``WelfordOps<scalar_t, double, ...>`` in ``std_var_kernel_impl``,
+    ``aten/src/ATen/native/cpu/ReduceOpsKernel.cpp``, torch 2.14.1 and
+    2.15.0) and rounds once; this computes the double variance two-pass,
+    which rounds to the same fp32 value wherever the two double results do.
+
     >>> double_var(torch.tensor([[0.1], [0.2], [0.7]])).item()
     0.10333333164453506
     """
     return x.double().var(dim=dim).to(x.dtype)
+
+
+def full_reduction_var(x: torch.Tensor) -> torch.Tensor:
+    """``x.var()`` (correction 1, all elements) of fp32 ``x`` as eager CPU computes it.
+
+    ``std_var_all_cpu`` (``aten/src/ATen/native/ReduceOps.cpp``, torch 2.14.1
+    and 2.15.0) takes ``self.mean()`` in ``x``'s dtype, reads it as a double,
+    sums ``(double(x) - mean) ** 2`` in double and divides by ``n - 1``; the
+    result is rounded once to ``x``'s dtype.  The double sum here is
+    ``torch.sum``'s, whose order of additions need not be the kernel's: for
+    fp32 the final rounding hides that, for fp64 input it may not.  The mean's fp32 rounding stays
+    in: where the values sit on a large offset it is visible against the
+    fp64 variance rounded once (see :func:`var_path_sweep`).
+
+    >>> full_reduction_var(torch.tensor([0.1, 0.2, 0.7])).item()
+    0.10333333164453506
+    """
+    mean = x.mean().item()  # the mean in x's dtype, as a Python float (a double)
+    dev = x.double() - mean
+    return ((dev * dev).sum() / (x.numel() - 1)).to(x.dtype)
+
+
+def var_path_sweep(offsets: tuple[float, ...], seeds: range, n: int = 40) -> list[dict]:
+    """Eager CPU fp32 ``var`` on ``rand * 1e-2 + offset`` against the two explicit models, per offset.
+
+    For each offset and seed, ``x = torch.rand(3, n) * 1e-2 + offset`` (a CPU
+    generator seeded with the seed): counts, over the seeds, where eager
+    ``x[0].var()`` (the full-reduction path) equals :func:`full_reduction_var`
+    and where it equals the fp64 variance rounded once, and where eager
+    ``x.var(dim=0)`` (the along-a-dim path) equals :func:`double_var`.
+
+    >>> var_path_sweep((0.0,), range(2), n=8)
+    [{'offset': 0.0, 'seeds': 2, 'all_is_model': 2, 'all_is_fp64_rounded': 2, 'dim_is_double_var': 2}]
+    """
+    rows = []
+    for offset in offsets:
+        row = {"offset": offset, "seeds": len(seeds), "all_is_model": 0, "all_is_fp64_rounded": 0,
+               "dim_is_double_var": 0}
+        for s in seeds:
+            x = torch.rand(3, n, generator=torch.Generator().manual_seed(s)) * 1e-2 + offset
+            full = x[0].var()
+            row["all_is_model"] += torch.equal(full, full_reduction_var(x[0]))
+            row["all_is_fp64_rounded"] += torch.equal(full, x[0].double().var().float())
+            row["dim_is_double_var"] += torch.equal(x.var(dim=0), double_var(x))
+        rows.append(row)
+    return rows
 
 
 @contextlib.contextmanager
@@ -72,7 +131,8 @@ def convert_cache_off() -> Iterator[None]:
 
     ``CppOverrides.to_dtype`` (``torch/_inductor/codegen/cpp.py``, torch
     2.14.1 and 2.15.0) calls ``CppKernel.cache_dtype_convert`` after an
-    fp32 -> bf16/fp16 conversion unless ``emulate_precision_casts`` is set:
+    fp32 -> bf16/fp16 conversion made with ``use_compute_types`` true
+    (``round_to_int`` does too), unless ``emulate_precision_casts`` is set:
     it records the reverse conversion as already computed, the fp32 value
     before rounding, so a later upcast of the stored low-precision value
     reads the unrounded value.  This replaces that method with one that records
@@ -102,18 +162,16 @@ def convert_cache_off() -> Iterator[None]:
         CppKernel.cache_dtype_convert = original
 
 
-def compile_without_convert_cache(fn: Callable, settings: Callable[[], contextlib.AbstractContextManager],
-                                  inputs: list[list[torch.Tensor]],
-                                  code: list[str] | None = None) -> list[torch.Tensor]:
-    """``torch.compile(fn, fullgraph=True, dynamic=True)`` under ``settings()`` with the convert cache off.
+def compile_outputs(fn: Callable, settings: Callable[[], contextlib.AbstractContextManager],
+                    inputs: list[list[torch.Tensor]], code: list[str] | None = None) -> list[torch.Tensor]:
+    """``torch.compile(fn, fullgraph=True, dynamic=True)`` under ``settings()``, run on each input list.
 
     Returns the detached outputs for each argument list in ``inputs``; if
     ``code`` is a list, the generated code of the first call is appended
     (``torch._inductor.utils.run_and_get_code``, private in torch 2.14.1
-    and 2.15.0).
+    and 2.15.0).  Dynamo is reset before and after.
 
-    >>> out = compile_without_convert_cache(torch.neg, contextlib.nullcontext, [[torch.ones(2)]])
-    >>> out[0].tolist()
+    >>> compile_outputs(torch.neg, contextlib.nullcontext, [[torch.ones(2)]])[0].tolist()
     [-1.0, -1.0]
     """
     import torch._dynamo
@@ -121,7 +179,7 @@ def compile_without_convert_cache(fn: Callable, settings: Callable[[], contextli
 
     torch._dynamo.reset()
     outs = []
-    with convert_cache_off(), settings():
+    with settings():
         cfn = torch.compile(fn, fullgraph=True, dynamic=True)
         for i, args in enumerate(inputs):
             if i == 0 and code is not None:
@@ -132,6 +190,19 @@ def compile_without_convert_cache(fn: Callable, settings: Callable[[], contextli
             outs.append(r.detach())
     torch._dynamo.reset()
     return outs
+
+
+def compile_without_convert_cache(fn: Callable, settings: Callable[[], contextlib.AbstractContextManager],
+                                  inputs: list[list[torch.Tensor]],
+                                  code: list[str] | None = None) -> list[torch.Tensor]:
+    """:func:`compile_outputs` with the convert cache off (:func:`convert_cache_off`).
+
+    >>> out = compile_without_convert_cache(torch.neg, contextlib.nullcontext, [[torch.ones(2)]])
+    >>> out[0].tolist()
+    [-1.0, -1.0]
+    """
+    with convert_cache_off():
+        return compile_outputs(fn, settings, inputs, code=code)
 
 
 def t4_kernel_lines(code: list[str]) -> list[str]:
