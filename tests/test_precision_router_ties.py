@@ -2,7 +2,12 @@
 
 import torch
 
-from explainers.precision.router_ties import dense_rank, merge_ablation, tie_sweep
+from explainers.precision.router_ties import (
+    dense_rank,
+    fp32_softmax_merges,
+    merge_ablation,
+    tie_sweep,
+)
 
 
 def test_dense_rank_keeps_order_and_ties():
@@ -29,3 +34,18 @@ def test_sweep_small_scale_picks_non_top_k():
 def test_fp32_never_differs():
     (row,) = tie_sweep(torch.float32, (0.1,), tokens=256)
     assert row.a_ne_b == row.tied_logits == row.b_not_top_k == 0
+
+
+def test_fp16_large_scale_underflow_picks_non_top_k():
+    (row,) = tie_sweep(torch.float16, (16.0,), tokens=256)
+    assert row.kth_prob_subnormal > 0 and row.b_not_top_k > 0
+    assert row.b_not_top_k_kth_normal == 0
+    (bf,) = tie_sweep(torch.bfloat16, (16.0,), tokens=256)
+    assert bf.kth_prob_subnormal == bf.b_not_top_k == 0
+
+
+def test_fp32_softmax_merges_past_its_exp_range():
+    small = fp32_softmax_merges(torch.bfloat16, 2.0, tokens=256)
+    big = fp32_softmax_merges(torch.bfloat16, 24.0, tokens=256)
+    assert small.merged_rows == small.b32_not_reference == 0
+    assert big.merged_rows > 200 and big.b32_not_reference > 0

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from explainers.precision.router import _router_logits, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
-__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation"]
+__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "Fp32Merges",
+           "fp32_softmax_merges"]
 
 
 def dense_rank(x: torch.Tensor) -> torch.Tensor:
@@ -62,6 +63,10 @@ class TieSweepRow:
     b_not_top_k: int
     #: tokens where A, or B′ (softmax in fp32), keep other experts than the fp64 reference
     a_or_b32_not_reference: int
+    #: tokens whose k-th largest probability (softmax in the dtype) is subnormal or zero
+    kth_prob_subnormal: int
+    #: tokens where B keeps a non-top-k expert although the k-th largest probability is normal
+    b_not_top_k_kth_normal: int
 
 
 def tie_sweep(dtype: torch.dtype, scales: tuple[float, ...], *, tokens: int = 4096, n_experts: int = 256,
@@ -78,14 +83,19 @@ def tie_sweep(dtype: torch.dtype, scales: tuple[float, ...], *, tokens: int = 40
         logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
         ib, _ = full_softmax_then_renorm(logits, k)
         kth = logits.topk(k, dim=-1).values[:, -1:]
+        kth_p = F.softmax(logits, dim=-1).topk(k, dim=-1).values[:, -1]
+        not_top_k = (logits.gather(-1, ib) < kth).any(dim=-1)
+        subnormal = kth_p < torch.finfo(dtype).tiny
         rows.append(TieSweepRow(
             scale=scale,
             tied_logits=c.rows_tied_at_k,
             tied_probs=c.rows_tied_probs_at_k,
             a_ne_b=c.rows_different_set,
             differ_without_logit_tie=c.rows_different_set - _differ_and_tied(logits, k),
-            b_not_top_k=int((logits.gather(-1, ib) < kth).any(dim=-1).sum()),
+            b_not_top_k=int(not_top_k.sum()),
             a_or_b32_not_reference=max(c.rows_a_not_reference, c.rows_b32_not_reference),
+            kth_prob_subnormal=int(subnormal.sum()),
+            b_not_top_k_kth_normal=int((not_top_k & ~subnormal).sum()),
         ))
     return rows
 
@@ -113,6 +123,10 @@ class MergeAblation:
     a_is_topk_of_logit_ranks: int
     #: probabilities un-merged (equal probabilities ordered by their logits): ``topk`` keeps A's experts
     unmerged_is_a: int
+    #: tokens where the un-merged probabilities' dense ranks equal the logits' dense ranks (softmax is
+    #: monotone, so un-merging can only give back the logits' order: this is the tautology behind
+    #: ``unmerged_is_a``)
+    unmerged_is_logit_ranks: int
     #: tokens where A and B keep different experts
     a_ne_b: int
 
@@ -146,5 +160,37 @@ def merge_ablation(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 2
         b_is_topk_of_prob_ranks=same(ib, rank_p),
         a_is_topk_of_logit_ranks=same(ia, rank_l),
         unmerged_is_a=same(ia, unmerged),
+        unmerged_is_logit_ranks=int((unmerged == rank_l).all(dim=-1).sum()),
         a_ne_b=int((_sets(ia) != _sets(ib)).any(dim=-1).sum()),
     )
+
+
+@dataclass(frozen=True)
+class Fp32Merges:
+    """Whether an fp32 softmax of low-precision logits merges what the logits keep apart (one scale)."""
+
+    scale: float
+    tokens: int
+    #: tokens whose fp32 probabilities have fewer distinct values than their logits
+    merged_rows: int
+    #: tokens where B′ (softmax in fp32, then renormalise) keeps other experts than the fp64 reference
+    b32_not_reference: int
+
+
+def fp32_softmax_merges(dtype: torch.dtype, scale: float, *, tokens: int = 2048, n_experts: int = 256,
+                        k: int = 8, seed: int = 0) -> Fp32Merges:
+    """Count rows where ``softmax(logits, dtype=float32)`` merges distinct logits, and B′'s misses.
+
+    Once a row's logits span more than about 87, fp32 ``exp`` of the
+    difference underflows to subnormals and zero, and distinct logits meet.
+
+    >>> fp32_softmax_merges(torch.bfloat16, 1.0, tokens=64, n_experts=16, k=4)
+    Fp32Merges(scale=1.0, tokens=64, merged_rows=0, b32_not_reference=0)
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+    merged = dense_rank(probs).amax(-1) < dense_rank(logits).amax(-1)
+    ic, _ = full_softmax_then_renorm(logits, k, softmax_dtype=torch.float32)
+    ir, _ = topk_softmax(logits.double(), k)
+    return Fp32Merges(scale=scale, tokens=tokens, merged_rows=int(merged.sum()),
+                      b32_not_reference=int((_sets(ic) != _sets(ir)).any(dim=-1).sum()))
