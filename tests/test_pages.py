@@ -26,7 +26,8 @@ PAGES = sorted(p for p in DOCS.glob("*.md") if "\nbegin_page()\n" in p.read_text
 
 # A link into pytorch/pytorch is a thread (issue, pull request) or a file at a release tag.
 PYTORCH_LINK = re.compile(r"https?://github\.com/pytorch/pytorch/[^\s)>\]\"'`]*")
-TAGGED_FILE = re.compile(r"https://github\.com/pytorch/pytorch/(?:blob|tree)/v\d+\.\d+\.\d+/\S+")
+# A file at a release tag, written out or filled in by the cell that links it (v{release}).
+TAGGED_FILE = re.compile(r"https://github\.com/pytorch/pytorch/(?:blob|tree)/v(?:\d+\.\d+\.\d+|\{\w+\})/\S+")
 THREAD = re.compile(r"https://github\.com/pytorch/pytorch/(?:issues|pull)/(?:\d+|\{\w+\})(?:#[\w-]+)?")
 # Provenance talk that does not belong in prose about PyTorch.
 PROVENANCE = re.compile(r"research notes|no network is used|per the notes|the notes'", re.I)
