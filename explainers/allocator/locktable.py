@@ -174,6 +174,13 @@ def virtual_members(header: str) -> list[str]:
     ...                 "struct Other {\\n  virtual void outside() {}\\n};\\n")
     ['query_event']
     """
+    text, start, end = _impl_body(header)
+    return [m.group("name") for m in _VIRTUAL.finditer(text, start, end)]
+
+
+def _impl_body(header: str) -> tuple[str, int, int]:
+    """The header with comments blanked, and the span of ``CachingHostAllocatorImpl``'s body
+    (from after its opening brace to after its closing one)."""
     if _IMPL not in header:
         raise ValueError(f"no '{_IMPL}' in the header text")
     text = blank_comments(header)
@@ -182,19 +189,12 @@ def virtual_members(header: str) -> list[str]:
     while depth:
         depth += {"{": 1, "}": -1}.get(text[end], 0)
         end += 1
-    return [m.group("name") for m in _VIRTUAL.finditer(text, start, end)]
+    return text, start, end
 
 
 def lock_table(header: str) -> LockTable:
     """Parse ``CachingHostAllocatorImpl`` in *header* (the text of ``CachingHostAllocator.h``)."""
-    if _IMPL not in header:
-        raise ValueError(f"no '{_IMPL}' in the header text")
-    text = blank_comments(header)
-    start = header.index(_IMPL) + len(_IMPL)
-    depth, end = 1, start
-    while depth:
-        depth += {"{": 1, "}": -1}.get(text[end], 0)
-        end += 1
+    text, start, end = _impl_body(header)
     spans = _functions(text, start, end - 1)
 
     def line_of(offset: int) -> int:
