@@ -1,17 +1,19 @@
-"""Re-read the Versions page on every build: it reports the other releases' build records.
+"""Re-read the Versions and Verification pages on every build.
 
-Its source never changes when a record does, so Sphinx would keep the old page;
-``env-get-outdated`` names it outdated on each build, and its frontmatter executes
-it every time (``mystnb: execution_mode: force``).  It only reads JSON: cheap.
+Versions reports the other releases' build records, Verification the environment
+of the build that made the site.  Their sources never change when those do, so an
+incremental build would keep the old pages; ``env-get-outdated`` names them
+outdated on each build, and their frontmatter executes them every time
+(``mystnb: execution_mode: force``).  Both are cheap.
 """
 
 from __future__ import annotations
 
-PAGE = "versions"
+PAGES = ("versions", "verification")
 
 
 def _outdated(app, env, added, changed, removed) -> list[str]:
-    return [PAGE] if PAGE in env.found_docs else []
+    return [page for page in PAGES if page in env.found_docs]
 
 
 def setup(app):
