@@ -72,9 +72,9 @@ def show_error(code: str, namespace: dict[str, Any]) -> BaseException:
     >>> print("\\n".join(rest))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
       File "explainers/render.py", line ..., in render
-        values = _as_array(tensor)
+        values = _readable(tensor)
                  ^^^^^^^^^^^^^^^^^
-      File "explainers/render.py", line ..., in _as_array
+      File "explainers/render.py", line ..., in _readable
         raise TypeError(
     TypeError: render() expects a tensor or array with a .shape, got list; wrap it with torch.tensor(...)
     >>> show_error("len([1, 2])", {})
