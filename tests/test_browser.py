@@ -222,6 +222,9 @@ def test_copy_buttons_copy_exactly_the_source(browser, base_url, page):
             in_cell = block.evaluate("b => !!b.closest('.cell_input')")
             shown = block.evaluate("b => b.querySelector('pre').innerText")
             p.evaluate("navigator.clipboard.writeText('')")
+            # Folded checks cells are <details>: keep every fold open while their blocks are copied.
+            p.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+            block.scroll_into_view_if_needed()
             block.hover()
             block.locator("button.copybtn").click()
             # What the system clipboard now holds (sphinx-copybutton copies through clipboard.js).

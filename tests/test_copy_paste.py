@@ -34,6 +34,10 @@ def copied_and_stated(page) -> list[tuple[str, str | None]]:
             assert found and found[-1][1] is None, f"{PAGE}: a stated result with no block above it"
             found[-1] = (found[-1][0], item.evaluate("e => e.querySelector('.cell_output pre').innerText"))
             continue
+        if item.evaluate("e => !!e.closest('.cell_input')"):
+            continue  # a code cell's own source (the page's checks, folded), not a snippet to paste
+        if item.evaluate("e => !!e.closest('.highlight-json')"):
+            continue  # a settings fragment (marked not-run in the source): read by a program, not run
         page.evaluate("navigator.clipboard.writeText('')")
         item.hover()
         item.locator("button.copybtn").click()
