@@ -182,9 +182,11 @@ def test_executed_page_offers_its_notebook_and_its_source(site, page):
     # The very execution the page shows: the stamp end_page() returns in the notebook (its last
     # cell's result) names the releases the HTML's stamp names.
     shown = re.search(r"sd-badge[^>]*>verified on ([^<]+)</span>", html)
+    if shown is None:
+        return  # a page without a stamp (Verification, Versions) has none to compare
     texts = [str(v) for c in code for o in c.outputs for v in o.get("data", {}).values()]
     stamps = [m for t in texts for m in re.findall(r"`verified on ([^`]+)`", t)]
-    assert stamps and shown, f"{page}: no stamp in the notebook's outputs, or no stamp on the page"
+    assert stamps, f"{page}: the page shows a stamp, the notebook's outputs hold none"
     assert stamps[-1] == shown.group(1), (
         f"{page}: the notebook's stamp is not the page's ({shown.group(1)!r})")
 
