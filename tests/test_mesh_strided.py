@@ -95,3 +95,25 @@ def test_unequal_inputs_exactly_where_the_way_back_raises():
            for r in rows}
     assert got == {8: ("right", []), 9: ("RuntimeError", [[2, 1], [1, 0]]), 13: ("wrong", [])}
     assert all(r[e]["back"]["unequal"] == [] for r in rows for e in ("redistribute", "shard_order"))
+
+
+@pytest.mark.slow
+def test_real_gloo_aborts_on_unequal_gather_and_keeps_going():
+    """9 aborts the launch (unequal all-gather inputs); the next launch runs 14, silently wrong."""
+    from explainers.mesh.strided_real import launch_strided
+
+    rows = launch_strided([9, 14])
+    assert [r["numel"] for r in rows] == [9, 14]
+    assert rows[0]["aborted"] and any("doesn't match expected size" in g for g in rows[0]["aborted"]["gloo"])
+    assert -6 in rows[0]["aborted"]["exitcodes"].values()
+    assert rows[1]["aborted"] is None
+    assert rows[1]["distribute"]["back"] == {
+        "rank0": [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 0, 13], "outcome": "wrong"}
+    assert rows[1]["distribute"]["layout"]["1"] == [8, 9] and rows[1]["redistribute"]["layout"]["1"] == [7, 8]
+
+
+@pytest.mark.slow
+def test_gloo_accepts_a_shorter_message():
+    from explainers.mesh.gloo_short import short_message
+
+    assert short_message() == {"received_into_3": [7.0, -1.0, -1.0], "returncode": 0}

@@ -271,8 +271,12 @@ def merge_probes(per_rank_runs: Sequence[Sequence[GatherProbe]]) -> list[GatherP
 FULL_TENSOR_CASES = ("flattened mesh", "flattened mesh, merge disabled", "no flattened mesh")
 
 
-def full_tensor_probe(numel: int) -> dict[str, dict]:
+def full_tensor_probe(numel: int, op: str = "full_tensor") -> dict[str, dict]:
     """``x.full_tensor()`` of ``arange(numel)`` placed ``[S(0), S(0), S(0)]`` on a simulated 2x2x2 mesh.
+
+    With ``op="cumsum"``, ``torch.cumsum(x, 0)`` instead: an ordinary op whose sharding
+    rule gathers tensor dim 0 first (the result is ``Replicate`` on every mesh dim), compared
+    with ``arange(numel).cumsum(0)``.
 
     One JSON-able entry per case of :data:`FULL_TENSOR_CASES`: ``all_gathers`` (counted
     by ``CommDebugMode``), ``rank0`` (rank 0's result) and ``right`` (every rank holds
@@ -284,6 +288,9 @@ def full_tensor_probe(numel: int) -> dict[str, dict]:
     >>> got = full_tensor_probe(16)
     >>> [(got[c]["all_gathers"], got[c]["right"]) for c in FULL_TENSOR_CASES]
     [(1, True), (3, True), (3, True)]
+    >>> got = full_tensor_probe(13, op="cumsum")
+    >>> [(got[c]["all_gathers"], got[c]["right"]) for c in FULL_TENSOR_CASES]
+    [(1, False), (3, True), (3, True)]
     """
     import torch
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -294,6 +301,9 @@ def full_tensor_probe(numel: int) -> dict[str, dict]:
     from explainers.mesh.uneven import redistribute_log
 
     _check_numel(numel)
+    if op not in ("full_tensor", "cumsum"):
+        raise ValueError(f"op must be 'full_tensor' or 'cumsum', got {op!r}")
+    want = (torch.arange(numel) if op == "full_tensor" else torch.arange(numel).cumsum(0)).tolist()
     out = {}
     for case in FULL_TENSOR_CASES:
         with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
@@ -303,8 +313,8 @@ def full_tensor_probe(numel: int) -> dict[str, dict]:
             # redistribute_log: DTensor's "suboptimal" warning is kept off stderr.
             with redistribute_log(), CommDebugMode() as comms, (
                     disable_redistribute_transform_optimization() if "disabled" in case else nullcontext()):
-                full = x.full_tensor()
+                full = x.full_tensor() if op == "full_tensor" else torch.cumsum(x, 0).to_local()
             held = {r: t.tolist() for r, t in full._local_tensors.items()}
         out[case] = {"all_gathers": sum(comms.get_comm_counts().values()), "rank0": held[0],
-                     "right": all(v == list(range(numel)) for v in held.values())}
+                     "right": all(v == want for v in held.values())}
     return out

@@ -17,6 +17,8 @@ With ``--verbatim`` each process instead runs the fragment exactly as written
 (:func:`explainers.mesh.walkthrough.run_fragment`), appending the index of every line
 it starts to ``DIR/rank<r>.progress`` and what it ended with to
 ``DIR/rank<r>.json``: a rank can die inside a collective without a Python exception.
+With ``--strided SIZES`` each process builds the uneven-size table of
+:mod:`explainers.mesh.strided_real` instead.
 """
 
 from __future__ import annotations
@@ -37,14 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verbatim", action="store_true", help="run the fragment as written (needs --out)"
     )
+    parser.add_argument(
+        "--strided", metavar="SIZES",
+        help="comma-separated sizes: the uneven-size table (explainers.mesh.strided_real; needs --out)",
+    )
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error(
             "run me under torchrun: python -m torch.distributed.run --nproc-per-node 8 ..."
         )
 
-    if args.verbatim and args.out is None:
-        parser.error("--verbatim needs --out")
+    if (args.verbatim or args.strided) and args.out is None:
+        parser.error("--verbatim and --strided need --out")
 
     import datetime
 
@@ -71,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         mesh = make_mesh((2, 2, 2), ("m", "n", "k"), device_type=args.device)
         if args.verbatim:
             return _verbatim(mesh, args.numel, args.out, rank)
+        if args.strided:
+            from explainers.mesh.strided_real import rank_rows
+
+            rank_rows(mesh, [int(n) for n in args.strided.split(",")], args.out, rank)
+            return 0
         start = time.perf_counter()
         steps = walkthrough(mesh, args.numel)
         seconds = time.perf_counter() - start
