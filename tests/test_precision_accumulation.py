@@ -85,3 +85,13 @@ def test_header_acc_types_reads_the_table_not_the_comment():
     assert cpu[torch.float32] == torch.float64 and cuda[torch.float32] == torch.float32
     with pytest.raises(ValueError, match="device"):
         header_acc_types("cpu")
+
+
+def test_nanmean_is_nansum_divided_and_mean_is_not():
+    from explainers.precision.nanmean import nanmean_against_nansum, overflow_ones
+
+    got = nanmean_against_nansum(range(4), n=8_000, threads=(1,))
+    assert got["nanmean_is_nansum_div"] == got["mean_rounded_once"] == got["cases"] == 16
+    assert got["nanmean_rounded_once"] < got["cases"], "a second rounding shows on some input"
+    assert overflow_ones(70_000) == {"mean": 1.0, "nanmean": float("inf")}
+    assert overflow_ones(60_000) == {"mean": 1.0, "nanmean": 1.0}, "below fp16's max the sum fits"

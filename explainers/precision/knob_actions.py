@@ -50,10 +50,21 @@ def _cudnn_flags_then_root_ieee() -> None:
     _B.fp32_precision = "ieee"
 
 
+def _root_tf32_mkldnn_flags_then_root_ieee() -> None:
+    _B.fp32_precision = "tf32"
+    # mkldnn.set_flags writes the mkldnn node itself (the property writes the root).
+    with _B.mkldnn.flags(enabled=False):
+        pass
+    _B.fp32_precision = "ieee"
+
+
 def _cudnn_allow_tf32_off_then_root_tf32() -> None:
     _B.cudnn.allow_tf32 = False
     _B.fp32_precision = "tf32"
 
+
+#: A ``mkldnn.flags()`` block between two root settings (its ``set_flags`` writes the mkldnn node).
+MKLDNN_FLAGS_THEN_IEEE = 'fp32_precision = "tf32"; with mkldnn.flags(enabled=False): ...; fp32_precision = "ieee"'
 
 #: The actions, by the code a user writes; each runs from the default state.
 ACTIONS: dict[str, Callable[[], None]] = {
@@ -72,6 +83,7 @@ ACTIONS: dict[str, Callable[[], None]] = {
     'mkldnn.conv.fp32_precision = "bf16"': _set(_B.mkldnn.conv, "fp32_precision", "bf16"),
     'with cudnn.flags(): ...; fp32_precision = "ieee"': _cudnn_flags_then_root_ieee,
     'cudnn.allow_tf32 = False; fp32_precision = "tf32"': _cudnn_allow_tf32_off_then_root_tf32,
+    MKLDNN_FLAGS_THEN_IEEE: _root_tf32_mkldnn_flags_then_root_ieee,
 }
 
 #: The actions after which the cuDNN leaves no longer hold their internal default.
