@@ -34,6 +34,7 @@ extensions = [
     "release_records",  # the Versions page is re-read every build: it reports the other releases
     "exact_streams",  # printed output shown as written, not as the kernel's flushes happened to cut it
     "notebook_downloads",  # each executed page's notebook, to download, with how to run it first
+    "utc_clock",  # the execution table's times are UTC for cached and executed pages alike
     "sphinx_sitemap",  # sitemap.xml: every page under html_baseurl, for search engines
     "notfound.extension",  # 404.html: what GitHub Pages serves for a missing address
 ]
