@@ -161,9 +161,8 @@ def render(
     from torch import _tensor_str
 
     values = _readable(tensor)
-    # torch 2.14.1 and 2.15.0 do not export get_printoptions: the current options live in the
-    # private torch._tensor_str, where print(tensor) reads them too, so render follows
-    # torch.set_printoptions(precision=, sci_mode=, threshold=, edgeitems=) as print does.
+    # torch 2.14.1 and 2.15.0 export no get_printoptions: print(tensor) reads the options from the
+    # private torch._tensor_str, so render follows torch.set_printoptions there as print does.
     opts = _tensor_str.get_printoptions()
     threshold = opts["threshold"] if threshold is None else threshold
     edgeitems = opts["edgeitems"] if edgeitems is None else edgeitems
@@ -217,37 +216,43 @@ def _readable(tensor: Any) -> Any:
             raise TypeError(f"render() could not read {type(tensor).__name__} as an array: {exc}") from exc
     t = tensor.detach()
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor  # private (2.14.1, 2.15.0): vmap, grad
-    for refused, kind, hint in (
-        (t.is_nested, "nested", "draw each of t.unbind()"),
-        (t.is_meta, "meta", "it has no values"),
-        (t.is_quantized, "quantized", "draw t.dequantize()"),
-        (t.layout != torch.strided, str(t.layout)[6:], "draw t.to_dense()"),
-        (wrapped(t), "torch.func-wrapped", "draw it outside vmap and grad"),
-        (type(t) is not torch.Tensor, type(t).__name__, "draw a plain tensor (DTensor: .full_tensor())"),
+    for refused, kind, hint in (  # torch._subclasses.FakeTensor: private, in 2.14.1 and 2.15.0
+        (t.is_nested, "a nested tensor", "draw each of t.unbind()"),
+        (t.is_meta, "a meta tensor", "it has no values"),
+        (isinstance(t, torch._subclasses.FakeTensor), "a fake tensor", "it has no values"),
+        (t.is_quantized, "a quantized tensor", "draw t.dequantize()"),
+        (t.layout != torch.strided, f"a {str(t.layout)[6:]} tensor", "draw t.to_dense()"),
+        (wrapped(t), "a torch.func-wrapped tensor", "draw it outside vmap and grad"),
+        (type(t) is not torch.Tensor, f"a {type(t).__name__} (a tensor subclass)",
+         "draw a plain tensor made from it (a DTensor's .full_tensor())"),
     ):
         if refused:
-            raise TypeError(f"render() reads only dense tensors, not a {kind} tensor: {hint}")
+            raise TypeError(f"render() reads only dense tensors, not {kind}: {hint}")
     return t
 
 
 def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> np.ndarray:
     """``values`` (from :func:`_readable`) as numpy, only the indices ``keeps`` of each dim.
 
-    Indexed first, so only kept elements are upcast (bfloat16, float8 to float32; complex32 to
-    complex64: exact) and copied to host."""
+    Cut first, so only kept elements are upcast (bfloat16, float8 to float32; complex32 to
+    complex64: exact) and copied to host: every block of kept indices is a ``narrow`` view (of a
+    conjugate or negative view too), resolved alone and joined with ``cat``, much as torch's
+    ``get_summarized_data`` does; ``index_select`` would first resolve such a view whole."""
     if isinstance(values, np.ndarray):
         return values[np.ix_(*keeps)] if keeps else values
     import torch
 
-    t = values
-    half = t.dtype == torch.complex32  # indexed as its int32 bits: most ops warn on complex32
-    t = t.resolve_conj().view(torch.int32) if half else t
-    for d, keep in enumerate(keeps or ()):
-        if len(keep) < t.shape[d]:
-            t = t.index_select(d, torch.as_tensor(keep, device=t.device))
-    t = t.view(torch.complex32) if half else t
-    # torch's printer (2.14.1, 2.15.0) shows this packed dtype, which has no casts, as its uint8
-    # bytes; getattr: a torch older than the dtype (added in 2025) has no such attribute.
+    half = values.dtype == torch.complex32  # joined as its int32 bits: most ops warn on it
+
+    def cut(t: Any, d: int) -> Any:  # dims d, d+1, ... cut to the runs of their kept indices
+        if d == len(keeps):
+            t = t.resolve_conj().resolve_neg()
+            return t.view(torch.int32) if half else t
+        runs = np.split(keeps[d], np.flatnonzero(np.diff(keeps[d]) != 1) + 1)
+        return torch.cat([cut(t.narrow(d, int(r[0]), len(r)), d + 1) for r in runs], d)
+
+    t = (cut(values, 0).view(torch.complex32) if half else cut(values, 0)) if keeps else values
+    # torch 2.14.1/2.15.0 print this packed dtype (no casts) as its uint8 bytes; getattr: older torch.
     if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
         t = t.view(torch.uint8).float()
     elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
@@ -293,10 +298,6 @@ def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     return fmt
 
 
-def _is_float(value: Any) -> bool:
-    return isinstance(value, float | np.floating)
-
-
 def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any]) -> np.ndarray:
     """Format ``shown`` with the float format chosen over ``decide`` (a superset of it)."""
     flat = shown.reshape(-1).tolist()
@@ -314,8 +315,9 @@ def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any]) -
     elif kind == "O":
         # Mixed data (numbers padded with a marker string): strings as they are, and the
         # floats among the numbers share one format, as in a float tensor.
-        fmt = _float_format([v for v in decide.reshape(-1).tolist() if _is_float(v)], opts)
-        text = [fmt(v) if _is_float(v) else str(v) for v in flat]
+        floats = float | np.floating
+        fmt = _float_format([v for v in decide.reshape(-1).tolist() if isinstance(v, floats)], opts)
+        text = [fmt(v) if isinstance(v, floats) else str(v) for v in flat]
     else:  # ints, bools and strings print as str() does, which is what torch prints
         text = [str(v) for v in flat]
     cells = np.empty(len(text), dtype=object)
@@ -387,21 +389,17 @@ def _join_horizontal(blocks: list[list[str]], sep: str) -> list[str]:
     height = max(len(b) for b in blocks)
     widths = [max(len(line) for line in b) for b in blocks]
     padded = [b + [""] * (height - len(b)) for b in blocks]
-    return [
-        sep.join(b[i].ljust(w) for b, w in zip(padded, widths, strict=True))
-        for i in range(height)
-    ]
+    return [sep.join(b[i].ljust(w) for b, w in zip(padded, widths, strict=True))
+            for i in range(height)]
 
 
 def _join_vertical(blocks: list[list[str]], rules: int) -> list[str]:
     # rules == 0: a blank line between blocks; otherwise that many dash lines.
     width = max(len(line) for b in blocks for line in b)
     sep = [""] if rules == 0 else ["-" * width] * rules
-    out: list[str] = []
-    for i, b in enumerate(blocks):
-        if i:
-            out.extend(sep)
-        out.extend(b)
+    out: list[str] = list(blocks[0])
+    for b in blocks[1:]:
+        out += sep + b
     return out
 
 

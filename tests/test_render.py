@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -344,7 +345,7 @@ UNREADABLE = {
     "nested": lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged),
     "meta": lambda: torch.ones(2, 2, device="meta"),
     "quantized": _quantized,
-    "FakeTensor": _fake,
+    "fake": _fake,
 }
 
 
@@ -353,6 +354,35 @@ def test_unreadable_kinds_are_named(kind):
     t = UNREADABLE[kind]()
     with pytest.raises(TypeError, match=f"not a {re.escape(kind)} tensor"):
         render(t)
+
+
+def test_a_subclass_is_named_once_and_refused():
+    class Sub(torch.Tensor):
+        pass
+
+    with pytest.raises(TypeError, match=r"not a Sub \(a tensor subclass\): draw a plain tensor"):
+        render(torch.ones(2).as_subclass(Sub))
+
+
+@pytest.mark.parametrize("view", ["conj", "neg", "complex32-conj"])
+def test_a_summarized_conjugate_or_negative_view_is_copied_only_where_kept(view):
+    z = torch.complex(torch.linspace(-1, 1, 1_000_000), torch.linspace(3, 9, 1_000_000)).view(1000, 1000)
+    if view == "complex32-conj":
+        with warnings.catch_warnings():  # torch warns that complex32 is experimental
+            warnings.simplefilter("ignore", UserWarning)
+            z = z.to(torch.complex32)
+    t = z.conj().imag if view == "neg" else z.conj()
+    assert t.is_neg() if view == "neg" else t.is_conj()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        drawing = render(t)
+    copied = [
+        math.prod(e.input_shapes[0])
+        for e in prof.events()
+        if e.name in ("aten::clone", "aten::copy_", "aten::index_select") and e.input_shapes
+    ]
+    # Every block of kept indices (3 x 3, edgeitems=3) is resolved alone: no full-size copy.
+    assert copied and max(copied) <= 36, copied
+    assert [c for c in drawing.split() if c != ELLIPSIS] == [c for c in printed_cells(t) if c != ELLIPSIS]
 
 
 def test_vmap_and_grad_wrapped_and_parameters():
