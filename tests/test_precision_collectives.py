@@ -91,3 +91,28 @@ def test_bf16_avg_scale_bias():
     assert bf16_avg_scale_bias(7)["bias"] < 0
     with pytest.raises(ValueError, match="world_size"):
         bf16_avg_scale_bias(0)
+
+
+def test_avg_errors_powers_of_two_and_bias():
+    from explainers.precision.collectives import avg_errors
+
+    for n in (2, 8):
+        e = avg_errors(n, n=256)
+        assert len(set(e.values())) == 1, "a power-of-two scalar is exact: the three averages agree"
+    e = avg_errors(3, n=4096)
+    assert e["pre-multiplied, bf16 1/N"] > e["SUM, then / N"]
+    assert e["pre-multiplied, bf16 1/N"] > e["pre-multiplied, exact 1/N"]
+    with pytest.raises(ValueError, match="world_size"):
+        avg_errors(0)
+
+
+def test_nccl_wheel_reads_torch_metadata():
+    from importlib import metadata
+
+    from explainers.precision.collectives import nccl_wheel
+
+    w = nccl_wheel()
+    nccl_reqs = [r for r in metadata.requires("torch") or [] if r.lower().startswith("nvidia-nccl")]
+    assert w["requirement"] == (nccl_reqs[0] if nccl_reqs else None)
+    if w["requirement"] is not None and w["installed"] is not None:
+        assert f"=={w['installed']}" in w["requirement"]

@@ -106,6 +106,8 @@ def _common(r):
     assert r["param_grad_dtype"] == "unset"
     # With gradient sync off, reduce_dtype (or on 2.15.0 the parameters' dtype) sets the held gradient.
     assert r["no_sync_grad_dtype"] == HELD[RELEASE][r["reduce_dtype"]]
+    # What it holds is the unsharded gradient: the two Linear layers' 108 elements, not a 54-element shard.
+    assert (r["no_sync_held_numel"], r["param_numel"], r["shard_numel"]) == (108, 108, 54)
 
 
 def test_every_supported_release_has_expectations():

@@ -36,6 +36,8 @@ __all__ = [
     "allreduce_error_table",
     "fp32_inexact_counts",
     "bf16_avg_scale_bias",
+    "avg_errors",
+    "nccl_wheel",
     "plot_allreduce_errors",
     "figure_svg",
 ]
@@ -236,6 +238,59 @@ def bf16_avg_scale_bias(world_size: int) -> dict[str, float]:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     scale = torch.tensor(1.0 / world_size, dtype=torch.float32).bfloat16().double()
     return {"scale": float(scale), "bias": float(scale * world_size - 1.0)}
+
+
+def avg_errors(world_size: int, n: int = 4096, seed: int = 0) -> dict[str, float]:
+    """Relative error of three bf16 averages of the same gradients, against their fp64 mean.
+
+    * ``"pre-multiplied, bf16 1/N"``: each rank's bf16 gradient times the bf16 scalar
+      of :func:`bf16_avg_scale_bias`, the product rounded to bf16, then the bf16
+      all-reduce of :func:`allreduce` (chain order): NCCL's ``PreMulSum`` for
+      ``ncclAvg`` on bf16, emulated, not run;
+    * ``"pre-multiplied, exact 1/N"``: the same with the exact ``1/N`` (each product
+      rounded to bf16 once), which removes the scalar's bias and keeps the per-rank
+      rounding;
+    * ``"SUM, then / N"``: the bf16 all-reduce, then one division rounded to bf16.
+
+    >>> e = avg_errors(4, n=64)
+    >>> e["pre-multiplied, bf16 1/N"] == e["pre-multiplied, exact 1/N"] == e["SUM, then / N"]
+    True
+    """
+    grads = rank_gradients(world_size, n, seed)
+    ref = torch.stack([g.double() for g in grads.values()]).mean(0)
+    scale = torch.tensor(bf16_avg_scale_bias(world_size)["scale"], dtype=torch.bfloat16)
+    # bf16 * bf16 rounds the (exact, in fp32) product once to bf16, as __hmul does.
+    biased = allreduce({r: g * scale for r, g in grads.items()}, torch.bfloat16)
+    exact = allreduce({r: (g.double() / world_size).bfloat16() for r, g in grads.items()}, torch.bfloat16)
+    summed = allreduce(grads, torch.bfloat16) / world_size
+    return {
+        "pre-multiplied, bf16 1/N": _rel_err(biased, ref),
+        "pre-multiplied, exact 1/N": _rel_err(exact, ref),
+        "SUM, then / N": _rel_err(summed, ref),
+    }
+
+
+def nccl_wheel() -> dict[str, str | None]:
+    """Which NCCL wheel the installed torch depends on, read from the packages' metadata.
+
+    ``"requirement"``: torch's ``Requires-Dist`` line naming an ``nvidia-nccl`` wheel
+    (``None`` if it names none); ``"installed"``: that wheel's installed version
+    (``None`` if it is not installed).  Reads metadata only; loads no NCCL library.
+
+    >>> sorted(nccl_wheel())
+    ['installed', 'requirement']
+    """
+    from importlib import metadata
+
+    lines = [r for r in metadata.requires("torch") or [] if r.lower().startswith("nvidia-nccl")]
+    if not lines:
+        return {"requirement": None, "installed": None}
+    name = lines[0].split(";")[0].split("=")[0].split("<")[0].split(">")[0].strip()
+    try:
+        installed = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        installed = None
+    return {"requirement": lines[0], "installed": installed}
 
 
 # Mid-contrast colours and a transparent background: legible on the light and

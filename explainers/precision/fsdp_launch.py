@@ -151,7 +151,10 @@ def fsdp_reduce_dtypes(
     ``no_sync_grad_dtype``
         on a second fresh model with the same policy and gradient sync off, the
         dtype of the gradient FSDP2 holds for each parameter after one backward
-        (no reduce-scatter runs then).
+        (no reduce-scatter runs then);
+    ``no_sync_held_numel``, ``param_numel``, ``shard_numel``
+        on that model, the elements of those held gradients over all parameters,
+        and the parameters' full (unsharded) and this rank's sharded element counts.
 
     Raises ``RuntimeError`` with every rank's output tail if a rank fails or
     the launch takes longer than ``timeout`` seconds (then every rank is

@@ -72,8 +72,13 @@ def _shard(model: torch.nn.Module, spec: list[str | None]) -> None:
         param_dtype=parse_dtype(spec[0]), reduce_dtype=parse_dtype(spec[1])))
 
 
-def _no_sync_grad_dtype(spec: list[str | None], rank: int) -> str:
-    """One backward with gradient sync off: the dtype of the gradient FSDP2 holds per parameter."""
+def _no_sync_held(spec: list[str | None], rank: int) -> dict[str, Any]:
+    """One backward with gradient sync off: the dtype and size of the gradients FSDP2 holds.
+
+    Returns the dtype of the gradient held per parameter (``"dtype"``), the number
+    of elements held over all parameters (``"held_numel"``), and for scale the
+    parameters' full (unsharded) and this rank's sharded element counts.
+    """
     model = _new_model(spec)
     _shard(model, spec)
     model.set_requires_gradient_sync(False)
@@ -85,6 +90,7 @@ def _no_sync_grad_dtype(spec: list[str | None], rank: int) -> str:
     # upcast it to reduce_dtype, else the unsharded parameter's .grad (in 2.15.0
     # `unsharded_accumulated_grad` is a property returning that .grad).
     held = set()
+    held_numel = 0
     for fp in model._get_fsdp_state()._fsdp_param_group.fsdp_params:
         grad = fp.unsharded_accumulated_grad
         if grad is None:
@@ -92,9 +98,13 @@ def _no_sync_grad_dtype(spec: list[str | None], rank: int) -> str:
         if grad is None:
             raise RuntimeError("FSDP2 holds no gradient after a backward with gradient sync off")
         held.add(str(grad.dtype))
+        held_numel += grad.numel()
     if len(held) != 1:
         raise RuntimeError(f"non-uniform held gradient dtypes with gradient sync off: {held}")
-    return held.pop()
+    # The sharded parameters are DTensors: numel() is the full size, to_local() this rank's shard.
+    return {"dtype": held.pop(), "held_numel": held_numel,
+            "param_numel": sum(p.numel() for p in model.parameters()),
+            "shard_numel": sum(p.to_local().numel() for p in model.parameters())}
 
 
 def _observe_one(spec: list[str | None], rank: int) -> dict[str, Any]:
@@ -252,6 +262,7 @@ def _observe_one(spec: list[str | None], rank: int) -> dict[str, Any]:
     all_gathers = sorted(
         {dt for e in events if e["kind"] == "c10d" and "allgather" in e["name"] for dt in e["dtypes"]}
     )
+    held = _no_sync_held(spec, rank)
     return {
         "torch_version": torch.__version__,
         "backend": dist.get_backend(),
@@ -270,7 +281,10 @@ def _observe_one(spec: list[str | None], rank: int) -> dict[str, Any]:
         "sharded_grad_dtype": sharded.pop(),
         "grad_is_rank_mean": worst < _MEAN_RTOL,
         "param_grad_dtype": spec[2] if len(spec) == 3 else "unset",
-        "no_sync_grad_dtype": _no_sync_grad_dtype(spec, rank),
+        "no_sync_grad_dtype": held["dtype"],
+        "no_sync_held_numel": held["held_numel"],
+        "param_numel": held["param_numel"],
+        "shard_numel": held["shard_numel"],
     }
 
 
