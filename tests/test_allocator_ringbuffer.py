@@ -36,18 +36,39 @@ def test_verdict_parser_reads_only_the_first_error():
     assert asan_verdict(text) == {"kind": "heap-use-after-free", "access": "READ of size 8", "frames": ["f() b.cpp:3"]}
 
 
+def _ring_order(old, entries, new, more):
+    """A Python transcription of RingBuffer's insertEntries/getEntries: the values returned, or None."""
+    buf, nxt, mx = [], 0, old
+    for i in range(entries + more):
+        if i == entries:
+            mx = max(1, new)
+        if len(buf) < mx:
+            buf.append(i)
+        else:
+            if nxt >= len(buf):
+                return None
+            buf[nxt] = i
+            nxt += 1
+            if nxt == mx:
+                nxt = 0
+    return buf[nxt:] + buf[:nxt]
+
+
 def test_sweep_matches_the_condition():
-    from explainers.allocator.ringsweep import entries_returned, overflows, ring_sweep
+    from explainers.allocator.ringsweep import entries_returned, out_of_order, overflows, ring_sweep
 
     got = ring_sweep(max_old=4)
     assert len(got["cases"]) == sum((2 * m + 2) * (m + 1) * (m + 3) for m in range(1, 5))
-    for old, entries, new, more, status, kind, returned in got["cases"]:
+    for old, entries, new, more, status, kind, returned, values in got["cases"]:
         assert (status != 0) == overflows(old, entries, new, more), (old, entries, new, more)
         if status:
             assert kind in ("heap-buffer-overflow", "container-overflow")
         else:
-            assert returned == entries_returned(old, entries, new, more)
+            assert returned == entries_returned(old, entries, new, more) == len(values)
+            assert values == _ring_order(old, entries, new, more), (old, entries, new, more, values)
     assert any(c[4] for c in got["cases"]) and not all(c[4] for c in got["cases"])
+    clean = [c for c in got["cases"] if c[4] == 0]
+    assert any(out_of_order(c[7]) for c in clean) and not any(out_of_order(c[7]) for c in clean if c[2] == c[0])
 
 
 def test_condition_against_a_model():

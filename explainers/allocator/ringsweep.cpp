@@ -8,8 +8,10 @@
 // and more entries k in 0..M+2, a forked child does what recordHistory does
 // without clearHistory: setMaxEntries(M), E inserts, setMaxEntries(m), k inserts,
 // then getEntries.  Each child runs in its own process so that one ASan report
-// ends only its case.  The parent prints one JSON line per case:
-// [M, E, m, k, exit status, ASan error kind or "", entries returned or -1].
+// ends only its case.  Insert i stores the value i, so the values getEntries
+// returns show their order.  The parent prints one JSON line per case:
+// [M, E, m, k, exit status, ASan error kind or "", entries returned or -1,
+//  the returned values in the order getEntries gives them (empty if it did not return)].
 
 #include <c10/core/RingBuffer.h>
 
@@ -32,7 +34,9 @@ namespace {
   for (int i = 0; i < k; ++i) ring.insertEntries(E + i);
   std::vector<int> out;
   ring.getEntries(out);
-  std::printf("ENTRIES %zu\n", out.size());
+  std::printf("ENTRIES %zu [", out.size());
+  for (size_t i = 0; i < out.size(); ++i) std::printf(i ? ", %d" : "%d", out[i]);
+  std::printf("]\n");
   std::fflush(stdout);
   std::_Exit(0);
 }
@@ -78,9 +82,15 @@ int main(int argc, char** argv) {
           waitpid(pid, &status, 0);
           int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
           long entries = -1;
+          std::string values = "[]";
           auto at = text.find("ENTRIES ");
-          if (at != std::string::npos) entries = std::strtol(text.c_str() + at + 8, nullptr, 10);
-          std::printf("[%d, %d, %d, %d, %d, \"%s\", %ld]\n", M, E, m, k, code, kind_of(text).c_str(), entries);
+          if (at != std::string::npos) {
+            entries = std::strtol(text.c_str() + at + 8, nullptr, 10);
+            auto open = text.find('[', at), close = text.find(']', at);
+            if (open != std::string::npos && close != std::string::npos) values = text.substr(open, close - open + 1);
+          }
+          std::printf("[%d, %d, %d, %d, %d, \"%s\", %ld, %s]\n", M, E, m, k, code, kind_of(text).c_str(), entries,
+                      values.c_str());
         }
   return 0;
 }

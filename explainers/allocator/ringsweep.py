@@ -28,7 +28,8 @@ from .build import build_program
 from .torchpaths import find_torch
 from .tsan_command import compile_command
 
-__all__ = ["SOURCE", "FLAGS", "MAX_OLD", "script", "next_slot", "overflows", "entries_returned", "ring_sweep"]
+__all__ = ["SOURCE", "FLAGS", "MAX_OLD", "script", "next_slot", "overflows", "entries_returned", "out_of_order",
+           "ring_sweep"]
 
 SOURCE = Path(__file__).with_name("ringsweep.cpp")
 FLAGS = ("-std=c++17", "-fsanitize=address", "-D_GLIBCXX_SANITIZE_VECTOR=1", "-fno-omit-frame-pointer", "-g",
@@ -77,12 +78,24 @@ def entries_returned(old_max: int, entries: int, new_max: int, more: int) -> int
     return max(size, min(size + more, max(1, new_max)))
 
 
+def out_of_order(values: list[int]) -> bool:
+    """Whether ``getEntries`` returned *values* out of insertion order (insert ``i`` stores ``i``).
+
+    A ring buffer should return its entries oldest first, so the values must increase.
+
+    >>> out_of_order([2, 3, 4]), out_of_order([10, 11, 2, 3]), out_of_order([])
+    (False, True, False)
+    """
+    return any(a >= b for a, b in zip(values, values[1:], strict=False))
+
+
 def ring_sweep(torch_root: str | None = None, max_old: int = MAX_OLD) -> dict[str, Any]:
     """Build ``ringsweep.cpp`` with ASan against the installed torch and run the grid up to *max_old*.
 
     Returns ``version``, ``header`` (the text of the ``RingBuffer.h`` it was built
     against) and ``cases``: ``[old_max, entries, new_max, more, exit status,
-    ASan error kind or "", entries returned or -1]`` per case.
+    ASan error kind or "", entries returned or -1, the values returned in order]``
+    per case (insert ``i`` stores ``i``; the list is empty when the case did not return).
     """
     torch = find_torch(torch_root)
     program = build_program(SOURCE, BINARY, FLAGS, torch)
