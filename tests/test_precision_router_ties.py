@@ -6,7 +6,10 @@ from explainers.precision.router_ties import (
     dense_rank,
     fp32_softmax_merges,
     merge_ablation,
+    power_of_two_scales,
+    round_significand,
     tie_sweep,
+    underflow_ablation,
 )
 
 
@@ -29,6 +32,22 @@ def test_sweep_small_scale_picks_non_top_k():
     assert small.b_not_top_k > 0 and small.tied_probs > small.tied_logits
     assert big.b_not_top_k == 0 and big.differ_without_logit_tie == 0
     assert small.a_or_b32_not_reference == big.a_or_b32_not_reference == 0
+
+
+def test_fp16_underflow_switched_off():
+    counts = underflow_ablation(torch.float16, 16.0, tokens=512)
+    assert counts["softmax in the dtype"] == counts["fp32 softmax cast to the dtype"] > 0
+    assert counts["fp32 softmax, the dtype's bits, fp32's range"] == 0
+
+
+def test_round_significand_has_no_range_limit():
+    x = torch.tensor([1e-30, 3.0, 1.0 + 2**-12])
+    assert round_significand(x, 11)[0] != 0 and round_significand(x, 11)[1:].tolist() == [3.0, 1.0]
+
+
+def test_power_of_two_scales_bf16_exact():
+    counts = power_of_two_scales(torch.bfloat16, (0.1, 0.5, 8.0), tokens=128, n_experts=32)
+    assert counts[0.5] == counts[8.0] == 0 < counts[0.1]
 
 
 def test_fp32_never_differs():

@@ -2,9 +2,9 @@
 
 :mod:`explainers.precision.topk_router` holds the two formulas (A:
 ``topk_softmax``; B: ``full_softmax_then_renorm``); here they run in low
-precision against an fp64 reference (:func:`compare_routers`), are rebuilt
-rounding by rounding (:func:`router_roundings`), and their k = 1 gradients
-compared (:func:`k1_router_gradients`).
+precision against an fp64 reference (:func:`compare_routers`) and their k = 1
+gradients are compared (:func:`k1_router_gradients`);
+:mod:`.router_roundings` rebuilds them rounding by rounding.
 
 >>> import torch
 >>> idx, w = topk_softmax(torch.tensor([[1.0, 3.0, 2.0, 0.0]]), 2)
@@ -31,8 +31,7 @@ __all__ = [
     "compare_routers",
     "find_tied_row",
     "k1_router_gradients",
-    "RouterRoundings",
-    "router_roundings",
+    "renorm_backward_forms",
     "router_table",
     "topk_tie_note",
 ]
@@ -94,6 +93,8 @@ class RouterComparison:
     rows_tied_logits_not_probs: int
     #: tokens with different expert sets that are not tied at k in both logits and probabilities
     rows_different_without_tie: int
+    #: tokens where A, or B32, or both keep other experts than the reference (the union)
+    rows_a_or_b32_not_reference: int
 
 
 def _router_logits(tokens: int, n_experts: int, scale: float, seed: int) -> torch.Tensor:
@@ -173,6 +174,7 @@ def compare_routers(
         rows_tied_probs_at_k=int(tied_p.sum()),
         rows_tied_logits_not_probs=int((tied & ~tied_p).sum()),
         rows_different_without_tie=int((differ & ~(tied & tied_p)).sum()),
+        rows_a_or_b32_not_reference=int((~same_a | ~same_c).sum()),
     )
 
 
@@ -234,61 +236,6 @@ def _ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (torch.nextafter(r, torch.full_like(r, float("inf"))) - r).double()
 
 
-@dataclass(frozen=True)
-class RouterRoundings:
-    """Where each router rounds to ``dtype``, checked bit for bit against explicit fp32 steps."""
-
-    dtype: torch.dtype
-    #: A equals ``softmax(topk(logits).float()).to(dtype)``: one rounding, at the end
-    a_is_one_rounding: bool
-    #: B equals three explicit roundings: the probabilities, their sum, the quotient
-    b_is_three_roundings: bool
-    #: weights where B differs from the same steps without rounding the sum
-    b_differs_without_sum_rounding: int
-    #: weights in all
-    weights: int
-
-
-def router_roundings(
-    dtype: torch.dtype,
-    *,
-    tokens: int = 4096,
-    n_experts: int = 256,
-    k: int = 8,
-    scale: float = 2.0,
-    seed: int = 0,
-) -> RouterRoundings:
-    """Rebuild both routers from fp32 steps with explicit roundings to ``dtype`` and compare bitwise.
-
-    Same data as :func:`compare_routers`.  An eager op on ``dtype`` tensors
-    computes in fp32 and rounds its output, so A (one softmax) rounds once and
-    B (softmax, sum, division) three times.
-
-    >>> import torch
-    >>> r = router_roundings(torch.bfloat16, tokens=256, n_experts=32, k=4)
-    >>> r.a_is_one_rounding, r.b_is_three_roundings
-    (True, True)
-    """
-    if dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"dtype must be bfloat16 or float16 (rounded from fp32), got {dtype}")
-    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
-    _, wa = topk_softmax(logits, k)
-    _, wb = full_softmax_then_renorm(logits, k)
-    vals, _ = torch.topk(logits, k, dim=-1)
-    one = F.softmax(vals.float(), dim=-1).to(dtype)
-    pk, _ = torch.topk(F.softmax(logits.float(), dim=-1).to(dtype), k, dim=-1)
-    total = pk.float().sum(dim=-1, keepdim=True).to(dtype)
-    three = (pk.float() / total.float()).to(dtype)
-    unrounded_sum = (pk.float() / pk.float().sum(dim=-1, keepdim=True)).to(dtype)
-    return RouterRoundings(
-        dtype=dtype,
-        a_is_one_rounding=torch.equal(wa, one),
-        b_is_three_roundings=torch.equal(wb, three),
-        b_differs_without_sum_rounding=int((wb != unrounded_sum).sum()),
-        weights=wb.numel(),
-    )
-
-
 def find_tied_row(
     dtype: torch.dtype,
     *,
@@ -335,8 +282,10 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
     With k=1 both renormalizing routers return weight 1.0, a constant, so in
     exact arithmetic the router gets no gradient.  ``topk_softmax``'s gradient
     is exactly zero (softmax of one value: ``y * (g - sum(g * y))`` with ``y == 1``);
-    ``full_softmax_then_renorm``'s is ``g * (1/w - w/w**2)``, which rounds to
-    tiny non-zero values in fp32.  Softmax then top-1 *without*
+    ``full_softmax_then_renorm`` divides ``w`` by itself, and autograd's
+    division backward evaluates ``g / w - g * ((w / w) / w)``, which is
+    ``g / w - g * fl(1 / w)`` since ``w / w`` is exactly 1: two roundings of the same
+    quotient, tiny non-zero values in fp32.  Softmax then top-1 *without*
     renormalization (Switch-style) keeps a real gradient.
 
     >>> g = k1_router_gradients()
@@ -363,3 +312,25 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
         out[name] = logits.grad.detach()
     return out
 
+
+
+def renorm_backward_forms(w: torch.Tensor, g: torch.Tensor) -> dict[str, bool]:
+    """Which fp32 expression autograd's gradient of ``w / w.sum(-1)`` (one weight per row) equals, bitwise.
+
+    With one weight per row the sum is ``w`` itself.  Autograd adds the
+    numerator's term ``g / w`` and the denominator's ``-g * ((w / w) / w)``
+    (the order of torch's division backward); the derivative written out,
+    ``g * (1/w - w/w**2)``, is another expression with other roundings.
+
+    >>> import torch
+    >>> w = torch.rand(1000, 1, generator=torch.Generator().manual_seed(0)) + 0.01
+    >>> renorm_backward_forms(w, torch.randn(1000, 1, generator=torch.Generator().manual_seed(1)))
+    {'g / w - g * ((w / w) / w)': True, 'g * (1/w - w/w**2)': False}
+    """
+    leaf = w.detach().clone().requires_grad_(True)
+    ((leaf / leaf.sum(dim=-1, keepdim=True)) * g).sum().backward()
+    w = w.detach()
+    return {
+        "g / w - g * ((w / w) / w)": torch.equal(leaf.grad, g / w - g * ((w / w) / w)),
+        "g * (1/w - w/w**2)": torch.equal(leaf.grad, g * (1 / w - w / w**2)),
+    }

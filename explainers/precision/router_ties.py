@@ -24,7 +24,7 @@ from explainers.precision.router import _router_logits, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
 __all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "Fp32Merges",
-           "fp32_softmax_merges"]
+           "fp32_softmax_merges", "round_significand", "underflow_ablation", "power_of_two_scales"]
 
 
 def dense_rank(x: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ def tie_sweep(dtype: torch.dtype, scales: tuple[float, ...], *, tokens: int = 40
             a_ne_b=c.rows_different_set,
             differ_without_logit_tie=c.rows_different_set - _differ_and_tied(logits, k),
             b_not_top_k=int(not_top_k.sum()),
-            a_or_b32_not_reference=max(c.rows_a_not_reference, c.rows_b32_not_reference),
+            a_or_b32_not_reference=c.rows_a_or_b32_not_reference,
             kth_prob_subnormal=int(subnormal.sum()),
             b_not_top_k_kth_normal=int((not_top_k & ~subnormal).sum()),
         ))
@@ -175,6 +175,10 @@ class Fp32Merges:
     merged_rows: int
     #: tokens where B′ (softmax in fp32, then renormalise) keeps other experts than the fp64 reference
     b32_not_reference: int
+    #: of those, tokens whose k-th and (k+1)-th largest logits are equal (another choice among ties)
+    b32_misses_tied_at_k: int
+    #: tokens where B′ keeps an expert whose logit is below the k-th largest logit
+    b32_not_top_k: int
 
 
 def fp32_softmax_merges(dtype: torch.dtype, scale: float, *, tokens: int = 2048, n_experts: int = 256,
@@ -185,12 +189,73 @@ def fp32_softmax_merges(dtype: torch.dtype, scale: float, *, tokens: int = 2048,
     difference underflows to subnormals and zero, and distinct logits meet.
 
     >>> fp32_softmax_merges(torch.bfloat16, 1.0, tokens=64, n_experts=16, k=4)
-    Fp32Merges(scale=1.0, tokens=64, merged_rows=0, b32_not_reference=0)
+    Fp32Merges(scale=1.0, tokens=64, merged_rows=0, b32_not_reference=0, b32_misses_tied_at_k=0, b32_not_top_k=0)
     """
     logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
     merged = dense_rank(probs).amax(-1) < dense_rank(logits).amax(-1)
     ic, _ = full_softmax_then_renorm(logits, k, softmax_dtype=torch.float32)
     ir, _ = topk_softmax(logits.double(), k)
+    miss = (_sets(ic) != _sets(ir)).any(dim=-1)
+    ranked = logits.sort(dim=-1, descending=True).values
+    tied = ranked[:, k - 1] == ranked[:, k]
     return Fp32Merges(scale=scale, tokens=tokens, merged_rows=int(merged.sum()),
-                      b32_not_reference=int((_sets(ic) != _sets(ir)).any(dim=-1).sum()))
+                      b32_not_reference=int(miss.sum()), b32_misses_tied_at_k=int((miss & tied).sum()),
+                      b32_not_top_k=int((logits.gather(-1, ic) < ranked[:, k - 1:k]).any(dim=-1).sum()))
+
+
+def round_significand(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x`` rounded to ``bits`` significant bits (to nearest, ties to even), with no exponent limit.
+
+    In float64: a dtype's rounding of the significand without its range, so
+    no subnormals and no flush to zero where that dtype would have them.
+
+    >>> round_significand(torch.tensor([1.0 + 2**-11, 1.0 + 3 * 2**-11, 1e-9]), 11).tolist()
+    [1.0, 1.001953125, 1.000444171950221e-09]
+    """
+    m, e = torch.frexp(x.double())
+    return torch.ldexp(torch.round(torch.ldexp(m, torch.tensor(bits))), e - bits)
+
+
+def _non_top_k(logits: torch.Tensor, probs: torch.Tensor, k: int) -> int:
+    """Tokens where ``topk`` of ``probs`` keeps an expert whose logit is below the k-th largest logit."""
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return int((logits.gather(-1, probs.topk(k, dim=-1).indices) < kth).any(dim=-1).sum())
+
+
+def underflow_ablation(dtype: torch.dtype, scale: float, *, tokens: int = 4096, n_experts: int = 256,
+                       k: int = 8, seed: int = 0) -> dict[str, int]:
+    """Tokens where B's ``topk`` keeps a non-top-k expert, with the dtype's range switched on and off.
+
+    B's ``topk`` runs on three versions of the probabilities: the softmax in
+    ``dtype``; the fp32 softmax cast to ``dtype`` (its significand and its
+    range: subnormals, zero); the fp32 softmax rounded to ``dtype``'s
+    significant bits only (:func:`round_significand`), with fp32's range.
+
+    >>> underflow_ablation(torch.float16, 1.0, tokens=64, n_experts=16, k=4)
+    {'softmax in the dtype': 0, 'fp32 softmax cast to the dtype': 0, "fp32 softmax, the dtype's bits, fp32's range": 0}
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    p32 = F.softmax(logits.float(), dim=-1)
+    bits = 1 - int(torch.log2(torch.tensor(torch.finfo(dtype).eps)))  # stored bits + the implicit one
+    return {
+        "softmax in the dtype": _non_top_k(logits, F.softmax(logits, dim=-1), k),
+        "fp32 softmax cast to the dtype": _non_top_k(logits, p32.to(dtype), k),
+        "fp32 softmax, the dtype's bits, fp32's range": _non_top_k(logits, round_significand(p32, bits), k),
+    }
+
+
+def power_of_two_scales(dtype: torch.dtype, scales: tuple[float, ...], *, ref: float = 2.0, tokens: int = 4096,
+                        n_experts: int = 256, seed: int = 0) -> dict[float, int]:
+    """For each scale, how many logits, rounded to ``dtype``, are not those at ``ref`` times scale/ref.
+
+    The sweep draws the same N(0, 1) values and multiplies by the scale
+    before rounding; where scale/ref is a power of two and nothing over- or
+    underflows, rounding commutes with the scaling (0 logits differ).
+
+    >>> power_of_two_scales(torch.bfloat16, (0.1, 1.0, 4.0), tokens=64, n_experts=16)
+    {0.1: 283, 1.0: 0, 4.0: 0}
+    """
+    base = _router_logits(tokens, n_experts, ref, seed).to(dtype)
+    return {s: int((_router_logits(tokens, n_experts, s, seed).to(dtype) != base * (s / ref)).sum())
+            for s in scales}

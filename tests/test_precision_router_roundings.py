@@ -1,0 +1,34 @@
+"""Tests of explainers.precision.router_roundings: where each router rounds, on one sample and over a sweep."""
+
+import pytest
+import torch
+
+from explainers.precision.router_roundings import rounding_sweep, router_roundings
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_where_each_router_rounds(dtype):
+    r = router_roundings(dtype, tokens=512, n_experts=64, k=4)
+    assert r.b_off_sum_and_quotient == 0
+    assert r.a_max_ulps_off <= 1 and r.probs_max_ulps_off <= 1
+    assert 0 < r.b_differs_without_sum_rounding < r.weights == 512 * 4
+
+
+def test_router_roundings_needs_a_low_precision_dtype():
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        router_roundings(torch.float32)
+
+
+def test_fp16_a_is_not_always_the_fp32_softmax_rounded_once():
+    # seed 1 at sigma = 1 is one of the samples where the fp16 kernel rounds another fp32 value
+    r = router_roundings(torch.float16, tokens=4096, n_experts=256, k=8, scale=1.0, seed=1)
+    assert r.a_weights_off > 0 and r.a_max_ulps_off == 1.0
+    assert 0 < r.a_max_fp32_ulps_to_midpoint <= 2
+
+
+def test_sweep_aggregates_every_sample():
+    s = rounding_sweep(torch.float16, range(3), (31, 32), tokens=256, k=4)
+    assert s.samples == 6 and s.weights == 6 * 256 * 4
+    assert set(s.probs_off_by_n) == {31, 32}
+    assert s.probs_off_by_n[32][1] == 3 * 256 * 32
+    assert s.b_off_sum_and_quotient == 0 and s.max_ulps_a < 0.501 < s.max_ulps_b
