@@ -143,7 +143,7 @@ def unsorted_ranks() -> dict[str, Any]:
     """Collectives over ``new_group([1, 0], sort_ranks=False)`` in a simulated 2-rank world.
 
     ``sort_ranks`` is a public parameter of ``torch.distributed.new_group``; with ``False`` the
-    group keeps the caller's order.  Rank 0 holds 1.0 and rank 1 holds 10.0.  Returns the
+    group keeps the caller's order.  Rank 0 holds 1.0 and rank 1 holds 100.0.  Returns the
     group's ``ranks`` and, for ``all_reduce`` (sum), ``broadcast`` from global rank 1 and
     ``all_gather``, each rank's result or what it raised and the function that raised it.
 
@@ -162,7 +162,7 @@ def unsorted_ranks() -> dict[str, Any]:
         return {str(r): t._local_tensors[r].tolist() for r in sorted(t._local_tensors)}
 
     def start():
-        return LocalTensor({0: torch.tensor([1.0]), 1: torch.tensor([10.0])})
+        return LocalTensor({0: torch.tensor([1.0]), 1: torch.tensor([100.0])})
 
     def run(call):
         try:
