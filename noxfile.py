@@ -14,8 +14,9 @@ Each release has one Python environment per machine (torch is ~5 GB), at
 $TORCH_EXPLAINERS_CACHE/env-<release> (default ~/.cache/torch-explainers),
 created with pip and updated only when pyproject.toml's dependencies or
 constraints.txt change.  `nox -s docs` executes the pages on the primary
-release only; `nox -s docs -- --all-releases` (and `nox -s tests`, which CI
-runs) first executes every page on the other releases too.
+release only; `nox -s docs -- --all-releases` (which CI runs, and deploys on
+main) and `nox -s tests` (which CI runs on pull requests) first execute every
+page on the other releases too.
 """
 
 from __future__ import annotations

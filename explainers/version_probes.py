@@ -8,12 +8,14 @@ by side.  :func:`probe_all` runs all but the FSDP2 probe (and the process-spawni
 * :func:`numerics_strict`: what ``TORCHINDUCTOR_NUMERICS=strict`` implies for
   ``torch._inductor.config.emulate_precision_casts``, and what overrides it
   (:func:`numerics_env_override`, run on its own, reads it in further processes);
-* :func:`premul_sum`: an ``all_reduce`` with ``ReduceOp.PREMUL_SUM`` under
-  ``LocalTensorMode`` (the simulated worlds of the mesh page);
+* :func:`premul_sum`: an ``all_reduce`` and a ``reduce_scatter_tensor`` with
+  ``ReduceOp.PREMUL_SUM`` under ``LocalTensorMode`` (the simulated worlds of the mesh page);
 * :func:`fsdp2_mixed_grad_dtypes`: the gradients FSDP2's ``foreach_reduce`` receives,
   and the dtype it reduces in, when some parameters have ``grad_dtype=None``;
 * :func:`integer_reductions`: the exception ``var``, ``std``, ``mean``, ``var_mean``
-  and ``std_mean`` raise for an integer tensor.
+  and ``std_mean`` raise for an integer tensor;
+* :func:`unsorted_ranks`: collectives over a group made with
+  ``new_group([1, 0], sort_ranks=False)`` under ``LocalTensorMode``.
 
 Private APIs (checked on torch 2.14.1 and 2.15.0):
 ``torch.distributed._local_tensor.LocalTensorMode`` (through
@@ -34,9 +36,9 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["FSDP2_CASES", "fsdp2_mixed_grad_dtypes", "integer_reductions", "numerics_env_override",
+__all__ = ["FSDP2_CASES", "INTEGER_DTYPES", "INTEGER_OPS", "fsdp2_mixed_grad_dtypes", "integer_reductions", "numerics_env_override",
            "numerics_strict", "premul_sum",
-           "probe_all", "source_facts"]
+           "probe_all", "source_facts", "unsorted_ranks"]
 
 
 def _emulate_flag_in_child(emulate_env: str) -> bool:
@@ -96,32 +98,109 @@ def numerics_env_override() -> dict[str, bool]:
 
 
 def premul_sum(world_size: int = 2, factor: float = 2.0) -> dict[str, Any]:
-    """``all_reduce(ones(3), ReduceOp.PREMUL_SUM(factor))`` in a simulated ``world_size``-rank world.
+    """``all_reduce(ones(3), ReduceOp.PREMUL_SUM(factor))`` in a simulated ``world_size``-rank world,
+    and a ``reduce_scatter_tensor`` with the same op (the collective FSDP2 uses it in).
 
     ``ReduceOp.PREMUL_SUM(factor)`` is the public form FSDP2 itself writes.  Returns
     ``raised`` (the exception's type name, or ``None``), ``message`` and ``values``
-    (each rank's result, or ``None`` when it raised).
+    (each rank's result, or ``None`` when it raised) for the ``all_reduce``, and the same
+    three under ``reduce_scatter`` for ``reduce_scatter_tensor``, where rank ``r`` holds
+    ``r * world_size + 1, ..., (r + 1) * world_size`` and receives one element.
 
-    >>> premul_sum(2, 0.5)["values"] in ([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], None)
+    >>> premul_sum(2, 0.5)["reduce_scatter"]["values"] in ([[2.0], [3.0]], None)
     True
     """
     import torch
     import torch.distributed as dist
+    from torch.distributed._local_tensor import LocalTensor
 
     from explainers.mesh.simulated import simulated_world
 
-    with simulated_world(world_size):
-        t = torch.ones(3)
+    def run(call):
         try:
-            dist.all_reduce(t, op=dist.ReduceOp.PREMUL_SUM(factor))
+            values = call()
         except NotImplementedError as exc:
             return {"raised": type(exc).__name__, "message": str(exc), "values": None}
-        values = [t._local_tensors[r].tolist() for r in sorted(t._local_tensors)]
-    return {"raised": None, "message": None, "values": values}
+        return {"raised": None, "message": None, "values": values}
+
+    def all_reduce():
+        t = torch.ones(3)
+        dist.all_reduce(t, op=dist.ReduceOp.PREMUL_SUM(factor))
+        return [t._local_tensors[r].tolist() for r in sorted(t._local_tensors)]
+
+    def reduce_scatter():
+        n = world_size
+        inp = LocalTensor({r: torch.arange(r * n + 1.0, (r + 1) * n + 1.0) for r in range(n)})
+        out = LocalTensor({r: torch.zeros(1) for r in range(n)})
+        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.PREMUL_SUM(factor))
+        return [out._local_tensors[r].tolist() for r in sorted(out._local_tensors)]
+
+    with simulated_world(world_size):
+        return {**run(all_reduce), "reduce_scatter": run(reduce_scatter)}
+
+
+def unsorted_ranks() -> dict[str, Any]:
+    """Collectives over ``new_group([1, 0], sort_ranks=False)`` in a simulated 2-rank world.
+
+    ``sort_ranks`` is a public parameter of ``torch.distributed.new_group``; with ``False`` the
+    group keeps the caller's order.  Rank 0 holds 1.0 and rank 1 holds 100.0.  Returns the
+    group's ``ranks`` and, for ``all_reduce`` (sum), ``broadcast`` from global rank 1 and
+    ``all_gather``, each rank's result or what it raised and the function that raised it.
+
+    >>> unsorted_ranks()["ranks"]
+    [1, 0]
+    """
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._local_tensor import LocalTensor
+
+    from explainers.mesh.simulated import simulated_world
+
+    def per_rank(t):
+        return {str(r): t._local_tensors[r].tolist() for r in sorted(t._local_tensors)}
+
+    def start():
+        return LocalTensor({0: torch.tensor([1.0]), 1: torch.tensor([100.0])})
+
+    def run(call):
+        try:
+            return call()
+        except AssertionError as exc:  # 2.14.1's emulation asserts the ranks are ascending
+            return f"AssertionError: {exc} in {traceback.extract_tb(exc.__traceback__)[-1].name}"
+
+    def all_reduce():
+        t = start()
+        dist.all_reduce(t, group=group)
+        return per_rank(t)
+
+    def broadcast():
+        t = start()
+        dist.broadcast(t, src=1, group=group)
+        return per_rank(t)
+
+    def all_gather():
+        out = [LocalTensor({0: torch.zeros(1), 1: torch.zeros(1)}) for _ in range(2)]
+        dist.all_gather(out, start(), group=group)
+        return [per_rank(o) for o in out]
+
+    with simulated_world(2):
+        group = dist.new_group([1, 0], sort_ranks=False)
+        ranks = dist.get_process_group_ranks(group)
+        results = {name: run(call) for name, call in
+                   (("all_reduce", all_reduce), ("broadcast", broadcast), ("all_gather", all_gather))}
+    return {"ranks": ranks, **results}
 
 
 def _dtype_name(dtype: Any) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+# The sweep behind the integer section's general sentences: every op the precision page and
+# this page name, on every integer width the page's range names, and bool.
+INTEGER_OPS = ("var", "std", "mean", "nanmean", "var_mean", "std_mean")
+INTEGER_DTYPES = ("int8", "int32", "int64", "uint8", "bool")
 
 
 # grad_dtype=None is set on these of the four parameters (weight, bias, weight, bias);
@@ -201,8 +280,9 @@ def fsdp2_mixed_grad_dtypes() -> dict[str, Any]:
 
 
 def integer_reductions(ops: tuple[str, ...] = ("var", "std", "mean", "var_mean", "std_mean"),
-                       where: tuple[str, ...] = ("cpu", "meta", "fake")) -> dict[str, Any]:
-    """What each of ``ops`` does to ``torch.arange(6)`` on a CPU, a meta and a fake tensor.
+                       where: tuple[str, ...] = ("cpu", "meta", "fake"), dtype: str = "int64") -> dict[str, Any]:
+    """What each of ``ops`` does to ``torch.arange(6)`` (cast to ``dtype``) on a CPU, a meta and
+    a fake tensor.
 
     ``{where: {op: {"raised", "message", "dtype"}}}``: the exception's type name and first
     line, or ``None`` and the dtype of the (first) result.
@@ -220,7 +300,7 @@ def integer_reductions(ops: tuple[str, ...] = ("var", "std", "mean", "var_mean",
         mode = FakeTensorMode() if place == "fake" else contextlib.nullcontext()
         out[place] = {}
         with mode:
-            x = torch.arange(6, device="meta" if place == "meta" else "cpu")
+            x = torch.arange(6, device="meta" if place == "meta" else "cpu").to(getattr(torch, dtype))
             for op in ops:
                 try:
                     got = getattr(torch, op)(x)
@@ -268,5 +348,6 @@ def probe_all() -> dict[str, Any]:
 
     return {"torch": numerics.pop("torch"), "git": torch.version.git_version[:12],
             "cuda": torch.version.cuda, "numerics": numerics, "premul_sum": premul_sum(),
-            "integer_reductions": integer_reductions(),
+            "integer_reductions": integer_reductions(), "unsorted_ranks": unsorted_ranks(),
+            "integer_sweep": {dtype: integer_reductions(INTEGER_OPS, dtype=dtype) for dtype in INTEGER_DTYPES},
             "source": source_facts()}

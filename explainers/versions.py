@@ -11,19 +11,20 @@ pages execute on both releases (a selection, not a changelog), each with the lab
 it; the strict build fails on a label that does not exist.
 
 >>> rows = matrix(["render"], {"2.14.1": {"torch": "2.14.1", "pages": {"render": True}}},
-...               ("2.15.0", "2.14.1"), "2.15.0")
+...               ("2.15.0", "2.14.1"), "2.15.0", executed=["render"])
 >>> rows[0]["page"], rows[0]["2.14.1"]
 ('render', 'claims held')
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DIFFERENCES", "Difference", "matrix", "read_records"]
+__all__ = ["DIFFERENCES", "Difference", "executed_pages", "matrix", "read_records"]
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,15 @@ DIFFERENCES: tuple[Difference, ...] = (
                "leaves it off; TORCHINDUCTOR_EMULATE_PRECISION_CASTS alone decides it; numerics values "
                "default and strict",
                "turns it on, and neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor an assignment turns it "
-               "off while strict is set; adds the values strict_pointwise and strict_reduction"),
+               "off while strict is set; adds the values strict_pointwise (implies the flags) and "
+               "strict_reduction (no effect)"),
+    Difference("versions", "versions-numerics",
+               "Inductor's INNER_TREE reduction order under numerics=strict (read from the source; needs a GPU)",
+               "sum.dim_IntList only", "sum.dim_IntList and prod.dim_int; strict also skips the zero-bias "
+               "efficient-attention pass"),
     Difference("versions", "versions-premul-sum",
                "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM",
-               "raises NotImplementedError", "multiplies by the factor and sums"),
+               "raises NotImplementedError", "multiplies by the factor and sums (reduce_scatter_tensor too)"),
     Difference("versions", "versions-fsdp2-mixed-grads",
                "FSDP2 with param_dtype=bf16 and grad_dtype=None on some but not all parameters of a group",
                "ignores grad_dtype: foreach_reduce receives bf16 gradients and reduce-scatters bf16, also "
@@ -99,7 +105,8 @@ DIFFERENCES: tuple[Difference, ...] = (
                "backward with gradient sync off, it receives one bf16 and three fp32 gradients and "
                "reduce-scatters fp32"),
     Difference("versions", "versions-integer-var",
-               "var and std_mean of an integer CPU tensor (like std, mean and var_mean; same message on both)",
+               "var and std_mean of an integer or bool CPU tensor (std, mean, nanmean and var_mean too: "
+               "precision page; same message on both)",
                "RuntimeError", "NotImplementedError"),
     Difference("versions", "versions-bfx9",
                "fp32_precision = \"bfx9\"",
@@ -107,8 +114,9 @@ DIFFERENCES: tuple[Difference, ...] = (
                "torch.backends.cuda.matmul.fp32_precision accepts it; the other setters refuse it as "
                "cuda-matmul-only"),
     Difference("versions", "versions-unsorted-ranks",
-               "LocalTensorMode's _prepare_collective_groups for a process group whose ranks are not ascending",
-               "raises AssertionError(ranks)", "sorts them"),
+               "LocalTensorMode's all_reduce, broadcast and all_gather over new_group([1, 0], sort_ranks=False)",
+               "raise AssertionError(ranks) in _prepare_collective_groups",
+               "work, in the group's rank order"),
 )
 
 
@@ -131,33 +139,64 @@ def read_records(folder: str | os.PathLike | None = None) -> dict[str, dict]:
     return out
 
 
+def executed_pages(docs: str | os.PathLike) -> list[str]:
+    """The pages a build of ``docs`` executes: every ``*.md`` with a ``{code-cell}``, less those
+    ``docs/conf.py``'s ``nb_execution_excludepatterns`` names (read from its source).
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "conf.py").write_text("nb_execution_excludepatterns = ['b.md']\\n")
+    >>> for name in "abc":
+    ...     _ = (d / f"{name}.md").write_text("```{code-cell} ipython3\\n```\\n" if name < "c" else "text\\n")
+    >>> executed_pages(d)
+    ['a']
+    """
+    from fnmatch import fnmatch
+
+    docs = Path(docs)
+    exclude: list[str] = []
+    for node in ast.parse((docs / "conf.py").read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "nb_execution_excludepatterns":
+            exclude = ast.literal_eval(node.value)
+    return sorted(p.stem for p in docs.glob("*.md")
+                  if "```{code-cell}" in p.read_text(encoding="utf-8")
+                  and not any(fnmatch(p.name, pattern) for pattern in exclude))
+
+
 def matrix(pages: list[str], records: dict[str, dict], supported: tuple[str, ...],
-           this: str, built: tuple[str, ...] = ()) -> list[dict[str, str]]:
+           this: str, built: tuple[str, ...] = (), executed: list[str] | None = None) -> list[dict[str, str]]:
     """One row per page, one column per supported release: what that release's build found.
 
-    ``this`` release's column is the running build's own: a build fails, and publishes
-    nothing, unless every page's claims hold.  Another release's column comes from its
-    record, when this build made one (``built``, default every release with a record).
+    ``this`` release's column is the running build's own: a page it executes
+    (``executed``, see :func:`executed_pages`) reads "claims held", since a build fails, and
+    publishes nothing, unless every executed page's claims hold; any other page reads
+    "not executed".  Another release's column comes from its record, when this build
+    made one (``built``, default every release with a record).
 
-    >>> rows = matrix(["mesh"], {}, ("2.15.0", "2.14.1"), "2.15.0")
-    >>> rows[0]["2.15.0"], rows[0]["2.14.1"]
-    ('claims held', 'not built')
-    >>> matrix(["mesh"], {"2.14.1": {"pages": {"mesh": False}}}, ("2.15.0", "2.14.1"), "2.15.0")[0]["2.14.1"]
+    >>> rows = matrix(["mesh", "index"], {}, ("2.15.0", "2.14.1"), "2.15.0", executed=["mesh"])
+    >>> [(r["2.15.0"], r["2.14.1"]) for r in rows]
+    [('claims held', 'not built'), ('not executed', 'not built')]
+    >>> matrix(["mesh"], {"2.14.1": {"pages": {"mesh": False}}}, ("2.15.0", "2.14.1"), "2.15.0",
+    ...        executed=["mesh"])[0]["2.14.1"]
     'FAILED'
-    >>> matrix(["mesh"], {}, ("2.15.0",), "2.14.1")
+    >>> matrix(["mesh"], {}, ("2.15.0",), "2.14.1", executed=[])
     Traceback (most recent call last):
     ...
     ValueError: this build's release 2.14.1 is not among the supported releases ('2.15.0',)
     """
     if this not in supported:
         raise ValueError(f"this build's release {this} is not among the supported releases {supported}")
+    if executed is None:
+        raise TypeError("matrix() needs executed=, the pages this build executes (executed_pages)")
     built = built or tuple(records)
     rows = []
     for page in pages:
         row = {"page": page}
         for release in supported:
             if release == this:
-                row[release] = "claims held"
+                row[release] = "claims held" if page in executed else "not executed"
             elif release in built and release in records:
                 held = records[release]["pages"].get(page)
                 row[release] = "claims held" if held else ("FAILED" if held is False else "not executed")

@@ -16,7 +16,7 @@ from explainers.releases import (
     release_of,
     run_under,
 )
-from explainers.versions import DIFFERENCES, matrix, read_records
+from explainers.versions import DIFFERENCES, executed_pages, matrix, read_records
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -67,13 +67,22 @@ def test_the_matrix_reports_each_release_from_its_record(tmp_path):
     (tmp_path / "2.14.1").mkdir()
     (tmp_path / "2.14.1" / "record.json").write_text('{"torch": "2.14.1", "pages": {"a": true, "b": false}}')
     records = read_records(tmp_path)
-    rows = matrix(["a", "b", "c"], records, ("2.15.0", "2.14.1"), "2.15.0")
+    rows = matrix(["a", "b", "c"], records, ("2.15.0", "2.14.1"), "2.15.0", executed=["a", "b"])
     assert [r["2.14.1"] for r in rows] == ["claims held", "FAILED", "not executed"]
-    assert {r["2.15.0"] for r in rows} == {"claims held"}
-    assert matrix(["a"], records, ("2.15.0", "2.14.1"), "2.15.0", built=("2.15.0",))[0]["2.14.1"] == "not built"
+    assert [r["2.15.0"] for r in rows] == ["claims held", "claims held", "not executed"]
+    assert matrix(["a"], records, ("2.15.0", "2.14.1"), "2.15.0", built=("2.15.0",),
+                  executed=["a"])[0]["2.14.1"] == "not built"
+    with pytest.raises(TypeError, match="executed="):
+        matrix(["a"], records, ("2.15.0", "2.14.1"), "2.15.0")
+
     (tmp_path / "2.14.1" / "record.json").write_text('{"torch": "2.14.1"}')
     with pytest.raises(ValueError, match="not a release record"):
         read_records(tmp_path)
+
+
+def test_executed_pages_are_the_pages_with_code_that_conf_does_not_exclude():
+    pages = executed_pages(DOCS)
+    assert "versions" in pages and "render" in pages and "index" not in pages
 
 
 def _releases_in_child(env: dict[str, str], code: str) -> str:

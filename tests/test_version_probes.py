@@ -1,0 +1,35 @@
+"""The Versions page's probes: each runs under each supported release and says what that release does."""
+
+from __future__ import annotations
+
+import pytest
+
+from explainers.releases import SUPPORTED, run_under
+from explainers.version_numerics import fires, readers
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_unsorted_ranks_keep_their_order_and_each_collective_reports(release):
+    got = run_under(release, "explainers.version_probes:unsorted_ranks")
+    assert got["ranks"] == [1, 0]
+    for name in ("all_reduce", "broadcast", "all_gather"):
+        assert isinstance(got[name], dict | list) or got[name].startswith("AssertionError"), got
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_numerics_values_find_the_lowering_reader_and_strict_fires_there(release):
+    got = run_under(release, "explainers.version_numerics:numerics_values")
+    assert any(r["file"] == "torch/_inductor/lowering.py" for r in got["readers"])
+    assert any(w.startswith("torch/_inductor/lowering.py:") for w in got["fires"]["strict"])
+    assert got["fires"]["default"] == []
+    assert "aten.sum.dim_IntList" in got["reductions"]["targets"]
+
+
+def test_readers_record_comparisons_and_plain_reads(tmp_path):
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f(c):\n    if c.numerics in ('x', 'y'):\n        return c.numerics\n")
+    found = readers(pkg)
+    assert [(r["line"], r["op"], r["value"]) for r in found] == [(2, "In", ["x", "y"]), (3, None, None)]
+    assert fires(found[0], "x") and not fires(found[0], "z")
+    assert not fires(found[1], "x")
