@@ -167,3 +167,45 @@ def test_the_script_refuses_to_print_without_torch(tmp_path):
 def test_bad_arguments_print_the_usage(capsys):
     assert main(["race.cpp", "other.cpp"]) == 2
     assert capsys.readouterr().err.startswith("usage: python tsan_command.py FILE.cpp")
+
+
+def _shadowed_copy(tmp_path) -> Path:
+    """tsan_command.py saved alone in a folder that also holds a ``torch/`` package, and a
+    ``g++`` on ``PATH`` that only prints the ``TORCH`` it was run with."""
+    script = Path(__file__).resolve().parents[1] / "explainers" / "allocator" / "tsan_command.py"
+    (tmp_path / "tsan_command.py").write_text(script.read_text(encoding="utf-8"))
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "g++").write_text('#!/bin/sh\nprintf "TORCH=%s" "$TORCH"\n')
+    (tmp_path / "bin" / "g++").chmod(0o755)
+    return tmp_path / "tsan_command.py"
+
+
+def test_a_local_torch_folder_changes_nothing_for_run_and_the_missing_torch_check(tmp_path):
+    copy = _shadowed_copy(tmp_path)
+    # Run as a reader runs it (no -I): the script's folder is sys.path[0], and PYTHONPATH names it too.
+    env = _shell_env() | {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, copy.name, "race.cpp", "--run"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"TORCH={torch_folder()}"
+    printed = subprocess.run([sys.executable, copy.name, "race.cpp"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    shell = subprocess.run(["bash", "-e", "-c", f'{printed}\nprintf "%s" "$TORCH"'], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == str(torch_folder())  # --run and the printed line name the same torch
+    # A Python without torch still refuses, the local torch/ folder notwithstanding.
+    bare = subprocess.run(["/usr/bin/python3", "-S", copy.name, "race.cpp"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=False)
+    assert (bare.returncode, bare.stdout) == (1, ""), bare.stdout
+    assert "torch is not installed in this Python" in bare.stderr
+    # The cause: the same find_spec in this (non-isolated) interpreter finds the local folder.
+    plain = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torch').origin)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert Path(plain.stdout.strip()) == tmp_path / "torch" / "__init__.py"
+
+
+def test_torch_folder_names_a_python_without_torch():
+    with pytest.raises(ModuleNotFoundError, match="torch is not installed in this Python"):
+        torch_folder("/usr/bin/python3")

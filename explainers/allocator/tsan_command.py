@@ -11,7 +11,7 @@ before it sets ``TORCH`` with the interpreter that ran this script::
 
     python tsan_command.py race.cpp         # prints the line that sets TORCH, and the g++ line
     python tsan_command.py race.cpp --run   # runs the g++ line, TORCH set to the torch
-                                            # this Python finds: race.cpp becomes ./race
+                                            # this Python finds under -I: race.cpp becomes ./race
 
 >>> print(compile_command("race.cpp"))
 g++ -std=c++20 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/include" race.cpp -o race -L"$TORCH/lib" -lc10 -Wl,-rpath,"$TORCH/lib"
@@ -19,7 +19,6 @@ g++ -std=c++20 -fsanitize=thread -g1 -O1 -Wno-interference-size -I"$TORCH/includ
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -61,16 +60,30 @@ def set_torch(python: str | None = None) -> str:
             "'import os, torch; print(os.path.dirname(torch.__file__))')\" && export TORCH=\"$torch_dir\"")
 
 
-def torch_folder() -> Path:
-    """The folder of the importable torch package (found without importing torch).
+# Run under -I by torch_folder(): prints the package folder, or nothing when torch is missing.
+_FIND_TORCH = ("import importlib.util as u; s = u.find_spec('torch'); "
+               "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')")
+
+
+def torch_folder(python: str | None = None) -> Path:
+    """The folder of the torch package that ``python`` finds in isolated mode (``-I``).
+
+    ``python`` defaults to the interpreter running this script.  It is asked in a
+    child process started with ``-I``, as :func:`set_torch`'s line asks it, so
+    ``--run``, the check for a missing torch and the printed line name the same
+    torch: a ``torch/`` folder in the current directory or in this script's
+    folder, ``PYTHONPATH`` and the user's site-packages are not looked at.  The
+    child finds torch with ``importlib.util.find_spec``, without importing it.
 
     >>> (torch_folder() / "include" / "c10").is_dir()
     True
     """
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    found = subprocess.run(
+        [python or sys.executable or "python3", "-I", "-c", _FIND_TORCH],
+        capture_output=True, text=True, check=False).stdout.strip()
+    if not found:
         raise ModuleNotFoundError("torch is not installed in this Python: pip install torch")
-    return Path(spec.submodule_search_locations[0])
+    return Path(found)
 
 
 def compile_command(
@@ -119,7 +132,8 @@ def main(argv: list[str]) -> int:
         # The folder is found by the shell that runs the command, by asking this interpreter.
         print(f"{set_torch()}\n{command}")
         return 0
-    # --run does not use the export line: TORCH is the torch this interpreter finds.
+    # --run does not use the export line: TORCH is the torch this interpreter finds in
+    # isolated mode, the one the export line would name.
     env = dict(os.environ, TORCH=str(folder))
     return subprocess.run(["bash", "-e", "-c", command], env=env).returncode
 
