@@ -76,20 +76,8 @@ def test_condition_against_a_model():
     from explainers.allocator.ringsweep import entries_returned, overflows
 
     def model(old, entries, new, more):
-        buf, nxt, mx = [], 0, old
-        for i in range(entries + more):
-            if i == entries:
-                mx = max(1, new)
-            if len(buf) < mx:
-                buf.append(i)
-            else:
-                if nxt >= len(buf):
-                    return None
-                buf[nxt] = i
-                nxt += 1
-                if nxt == mx:
-                    nxt = 0
-        return len(buf)
+        values = _ring_order(old, entries, new, more)
+        return None if values is None else len(values)
 
     for old in range(1, 7):
         for entries in range(0, 3 * old):
