@@ -42,10 +42,10 @@ PACKAGES: dict[str, str] = {
 DOCS: tuple[str, ...] = ("g++", "nm", "c++filt", "objdump", "dot", "jq")
 #: What the browser gate needs in addition (`nox -s browser`, `nox -s tests`).
 BROWSER: tuple[str, ...] = ("chromium", "npm")
-#: Programs every Debian system has (essential packages: bash, sed, util-linux, iproute2 for `ip`),
+#: Programs every Debian system has (essential packages: bash, sed, util-linux, libc-bin for `ldd`, iproute2 for `ip`),
 #: the build's own interpreter and package manager, and git (a checkout is a clone).
 ESSENTIAL: frozenset[str] = frozenset({"bash", "sh", "sed", "setarch", "unshare", "ip", "apt-get", "python",
-                                       "python3", "git"})
+                                       "python3", "git", "ldd"})
 
 _RUNNERS = {("subprocess", "run"), ("subprocess", "Popen"), ("subprocess", "check_output"),
             ("subprocess", "check_call"), ("subprocess", "call"), ("shutil", "which")}
