@@ -10,6 +10,8 @@ rounded once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from explainers.precision.threads import layout_data, num_threads
@@ -17,7 +19,7 @@ from explainers.precision.threads import layout_data, num_threads
 __all__ = ["nanmean_against_nansum", "overflow_ones"]
 
 
-def nanmean_against_nansum(seeds: range = range(10), n: int = 8_000,
+def nanmean_against_nansum(seeds: Sequence[int] = range(10), n: int = 8_000,
                            threads: tuple[int, ...] = (1, 2)) -> dict[str, int]:
     """Counts over bf16/fp16 x contiguous/strided x ``threads`` x ``seeds`` inputs of ``n`` values.
 
