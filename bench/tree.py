@@ -24,7 +24,7 @@ __all__ = ["ROOT", "Build", "BuildFailed", "Tree", "executed_pages", "edit_last_
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What a docs build needs from the checkout.
-COPIED = ("docs", "explainers", "tools", "noxfile.py", "pyproject.toml", "constraints.txt", "README.md")
+COPIED = ("docs", "explainers", "tools", ".github", "noxfile.py", "pyproject.toml", "constraints.txt", "README.md")
 _IGNORE = shutil.ignore_patterns("_build", "jupyter_execute", "__pycache__", ".ipynb_checkpoints")
 
 # MyST-NB 1.4 logs one line per page it runs: "<path>.md: Executed notebook in 16.07 seconds [mystnb]"
