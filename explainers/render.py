@@ -87,7 +87,7 @@ def render(
 
     Args:
         tensor: a dense ``torch.Tensor`` (sparse, quantized, meta, nested, subclass and
-            vmap/grad-wrapped tensors raise ``TypeError``), a numpy array (object arrays of
+            torch.func-wrapped tensors raise ``TypeError``), a numpy array (object arrays of
             numbers or strings included: uneven data padded with a marker), or anything else
             with ``.shape`` that numpy can convert.  An empty tensor draws as ``''``.
         cell_width: width of every cell, values right-aligned; ``None``: the widest cell drawn.
@@ -97,7 +97,8 @@ def render(
         edgeitems: elements kept at each end of a long dim among the last two.  ``None`` (for
             both) means the value set with ``torch.set_printoptions``, as ``print(tensor)`` uses.
 
-    Every element reads as it does in ``print(tensor)`` on CPU and CUDA: the floats share one
+    Every element reads as it does in ``print(tensor)`` (checked on CPU; on CUDA torch's printer
+    decides in float64 too, as read from its source): the floats share one
     format (a complex tensor: one for the real, one for the imaginary parts) chosen over the
     tensor (in a summary, over what torch's summary shows), following ``precision`` and
     ``sci_mode`` of ``torch.set_printoptions``.
@@ -215,14 +216,15 @@ def _readable(tensor: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - re-raised with a clearer message
             raise TypeError(f"render() could not read {type(tensor).__name__} as an array: {exc}") from exc
     t = tensor.detach()
-    wrapped = torch._C._functorch.is_functorch_wrapped_tensor  # private (2.14.1, 2.15.0): vmap, grad
+    # private (2.14.1, 2.15.0): true inside vmap, grad, jvp, vjp, jacrev, jacfwd and functionalize
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     for refused, kind, hint in (  # torch._subclasses.FakeTensor: private, in 2.14.1 and 2.15.0
         (t.is_nested, "a nested tensor", "draw each of t.unbind()"),
         (t.is_meta, "a meta tensor", "it has no values"),
         (isinstance(t, torch._subclasses.FakeTensor), "a fake tensor", "it has no values"),
         (t.is_quantized, "a quantized tensor", "draw t.dequantize()"),
         (t.layout != torch.strided, f"a {str(t.layout)[6:]} tensor", "draw t.to_dense()"),
-        (wrapped(t), "a torch.func-wrapped tensor", "draw it outside vmap and grad"),
+        (wrapped(t), "a torch.func-wrapped tensor", "draw it outside the torch.func transform"),
         (type(t) is not torch.Tensor, f"a {type(t).__name__} (a tensor subclass)",
          "draw a plain tensor made from it (a DTensor's .full_tensor())"),
     ):
