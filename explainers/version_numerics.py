@@ -25,7 +25,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
-__all__ = ["IMPLIED", "VALUES", "fires", "implied_flags", "numerics_values", "reduction_targets", "readers"]
+__all__ = ["IMPLIED", "VALUES", "fires", "implied_flags", "numerics_values", "preconditions", "reduction_targets",
+           "readers"]
 
 # Every value either release names, and one neither does (neither rejects it).
 VALUES = ("default", "strict_pointwise", "strict_reduction", "strict", "bogus")
@@ -154,10 +155,38 @@ def reduction_targets(reader: dict[str, Any], root: str | Path | None = None) ->
     return {"targets": targets, "callers": callers}
 
 
+def preconditions() -> dict[str, Any]:
+    """What the INNER_TREE check needs besides ``numerics="strict"`` that a CPU can read, and
+    whether the zero-bias attention pass exists in this release.
+
+    ``triton`` is the installed Triton's version and ``triton_required`` torch's own
+    requirement on it (its wheel metadata); ``reduction_ordering`` is
+    ``torch.utils._triton.has_triton_reduction_ordering()`` (a private helper, in 2.14.1 and
+    2.15.0, that the check calls: Triton must export ``ReductionOrdering.INNER_TREE``);
+    ``zero_bias_pass`` whether ``torch._inductor.fx_passes.joint_graph`` defines
+    ``_remove_zero_bias_from_efficient_attention``, and ``constant_folding`` the default of
+    ``config.joint_graph_constant_folding`` (the pass that calls it runs only when it is on).
+
+    >>> sorted(preconditions())
+    ['constant_folding', 'reduction_ordering', 'triton', 'triton_required', 'zero_bias_pass']
+    """
+    from importlib.metadata import requires, version
+
+    import torch._inductor.fx_passes.joint_graph as joint_graph
+    from torch._inductor import config
+    from torch.utils._triton import has_triton_reduction_ordering
+
+    required = [r.split(";")[0].strip() for r in requires("torch") or [] if r.startswith("triton")]
+    return {"triton": version("triton"), "triton_required": required,
+            "reduction_ordering": has_triton_reduction_ordering(),
+            "constant_folding": bool(config.joint_graph_constant_folding),
+            "zero_bias_pass": hasattr(joint_graph, "_remove_zero_bias_from_efficient_attention")}
+
+
 def numerics_values() -> dict[str, Any]:
     """Everything above for this release: ``readers``, ``fires`` (value -> the readers, as
     ``file:line``, where it differs from ``"default"``), ``implied`` and ``reductions``
-    (the lowering reader's targets and callers).
+    (the lowering reader's targets and callers) and ``preconditions`` (:func:`preconditions`).
 
     >>> from explainers.releases import PRIMARY, run_under
     >>> run_under(PRIMARY, "explainers.version_numerics:numerics_values")["fires"]["strict_reduction"]
@@ -168,4 +197,5 @@ def numerics_values() -> dict[str, Any]:
     return {"readers": found,
             "fires": {v: [f"{r['file']}:{r['line']}" for r in found if fires(r, v)] for v in VALUES},
             "implied": implied_flags(),
-            "reductions": reduction_targets(lowering[0]) if len(lowering) == 1 else None}
+            "reductions": reduction_targets(lowering[0]) if len(lowering) == 1 else None,
+            "preconditions": preconditions()}

@@ -87,13 +87,19 @@ DIFFERENCES: tuple[Difference, ...] = (
                "TORCHINDUCTOR_NUMERICS=strict and emulate_precision_casts",
                "leaves it off; TORCHINDUCTOR_EMULATE_PRECISION_CASTS alone decides it; numerics values "
                "default and strict",
-               "turns it on, and neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor an assignment turns it "
-               "off while strict is set; adds the values strict_pointwise (implies the flags) and "
+               "turns it on, and neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor "
+               "config.patch(emulate_precision_casts=False) turns it off while strict is set; adds the values strict_pointwise (implies the flags) and "
                "strict_reduction (no effect)"),
     Difference("versions", "versions-numerics",
-               "Inductor's INNER_TREE reduction order under numerics=strict (read from the source; needs a GPU)",
-               "sum.dim_IntList only", "sum.dim_IntList and prod.dim_int; strict also skips the zero-bias "
-               "efficient-attention pass"),
+               "The reductions Inductor's INNER_TREE check accepts under numerics=strict, over one "
+               "dimension (read from the source; as installed, neither release's Triton has "
+               "ReductionOrdering, so neither selects the order)",
+               "sum.dim_IntList only", "sum.dim_IntList and prod.dim_int"),
+    Difference("versions", "versions-numerics",
+               "Inductor's joint-graph pass that drops an all-zero efficient-attention bias "
+               "(read from the source)",
+               "does not exist", "runs with joint-graph constant folding (on by default); numerics=strict "
+               "skips it"),
     Difference("versions", "versions-premul-sum",
                "LocalTensorMode's all_reduce with ReduceOp.PREMUL_SUM",
                "raises NotImplementedError", "multiplies by the factor and sums (reduce_scatter_tensor too)"),
@@ -104,6 +110,11 @@ DIFFERENCES: tuple[Difference, ...] = (
                "with one backward, foreach_reduce receives bf16 gradients and reduces in fp32; after a "
                "backward with gradient sync off, it receives one bf16 and three fp32 gradients and "
                "reduce-scatters fp32"),
+    Difference("versions", "versions-fsdp2-uniform",
+               "FSDP2 with reduce_dtype=fp32, a backward with gradient sync off, then a synced backward in "
+               "which a parameter gets its first gradient",
+               "raises AssertionError: FSDP reduce-scatter expects uniform gradient dtype",
+               "succeeds, with fp32 gradients"),
     Difference("versions", "versions-integer-var",
                "var and std_mean of an integer or bool CPU tensor (std, mean, nanmean and var_mean too: "
                "precision page; same message on both)",

@@ -33,3 +33,27 @@ def test_readers_record_comparisons_and_plain_reads(tmp_path):
     assert [(r["line"], r["op"], r["value"]) for r in found] == [(2, "In", ["x", "y"]), (3, None, None)]
     assert fires(found[0], "x") and not fires(found[0], "z")
     assert not fires(found[1], "x")
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_preconditions_report_triton_and_the_zero_bias_pass(release):
+    got = run_under(release, "explainers.version_numerics:preconditions")
+    assert got["triton_required"] and got["triton_required"][0].startswith("triton")
+    assert isinstance(got["reduction_ordering"], bool) and isinstance(got["zero_bias_pass"], bool)
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_uniform_dtype_sweep_runs_every_case(release):
+    from explainers.version_fsdp2 import CASES
+
+    got = run_under(release, "explainers.version_fsdp2:uniform_dtype_sweep")
+    assert set(got) == set(CASES)
+    assert all(v.startswith(("ok: ", "AssertionError: ")) for v in got.values()), got
+    assert got["reduce_dtype=None, both Linears used first"] == "ok: float32, float32, float32, float32"
+
+
+def test_outcome_sorts_the_set_in_a_message():
+    from explainers.version_fsdp2 import _outcome
+
+    assert _outcome(AssertionError("got {b, a}\nmore"), []) == "AssertionError: got {a, b}"
+    assert _outcome(None, ["float32"]) == "ok: float32"
