@@ -27,7 +27,7 @@ from explainers.releases import cache_root
 
 from .floor import run_page
 from .stats import NOT_YET, Figure
-from .tree import Build, Tree
+from .tree import Build, BuildFailed, Tree
 from .weight import find_chromium, measure_site
 
 __all__ = ["Context", "parallel_estimate", "site_figures", "render_figures", "mesh_figures", "tsan_figures",
@@ -50,7 +50,10 @@ class Context:
 
 
 def _failed(fig: Figure, exc: BaseException) -> Figure:
-    fig.status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+    lines = str(exc).strip().splitlines()
+    # A failed build's message is the command, then the lines naming what failed, then the log's end.
+    said = (lines[1] if isinstance(exc, BuildFailed) and len(lines) > 1 else lines[-1]) if lines else ""
+    fig.status = f"failed: {type(exc).__name__}: {said}"
     fig.note = (fig.note + "\n" if fig.note else "") + "".join(traceback.format_exception(exc))[-1500:]
     return fig
 

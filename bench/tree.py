@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ROOT", "Build", "BuildFailed", "Tree", "executed_pages", "edit_last_code_cell", "mystnb_pages"]
+__all__ = ["ROOT", "Build", "BuildFailed", "Tree", "executed_pages", "failure_lines", "edit_last_code_cell", "mystnb_pages"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What a docs build needs from the checkout.
@@ -34,6 +34,20 @@ _EXECUTED = re.compile(r"^(?P<path>\S+?\.(?:md|ipynb)): Executed notebook in (?P
 
 class BuildFailed(RuntimeError):
     """A build exited non-zero; the message carries the end of its output."""
+
+
+def failure_lines(log: str, limit: int = 40) -> str:
+    """The lines of a failed build's log that say what failed (a page's warning, an error, the failing cell).
+
+    The end of the log is nox echoing the command and the environment, which names no page.
+
+    >>> print(failure_lines("ok\\n/x/docs/a.md: WARNING: Executing notebook failed: CellExecutionError\\n"
+    ...                     "AssertionError: the claim\\nnox > Session docs failed."))
+    /x/docs/a.md: WARNING: Executing notebook failed: CellExecutionError
+    AssertionError: the claim
+    """
+    keep = re.compile(r"WARNING|ERROR|Error:|Error\b.*:|Traceback|Timeout|timed out|exceeded")
+    return "\n".join([line for line in log.splitlines() if keep.search(line)][:limit])
 
 
 def executed_pages(log: str, docs: Path) -> dict[str, float]:
@@ -165,7 +179,7 @@ class Tree:
         cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu0
         log = res.stdout + res.stderr
         if res.returncode != 0:
-            raise BuildFailed(f"{' '.join(cmd[:6])} ... exited {res.returncode}:\n{log[-4000:]}")
+            raise BuildFailed(f"{' '.join(cmd[:6])} ... exited {res.returncode}:\n{failure_lines(log)}\n{log[-1500:]}")
         return Build(seconds, executed_pages(log, self.docs), log, cpu)
 
     def nox_docs(self, extra: list[str] | None = None, env: dict[str, str] | None = None,
