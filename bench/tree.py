@@ -209,7 +209,12 @@ class Tree:
         from tools.sitebuild import sphinx_command
 
         # The copy's strict command line, without the interpreter: ["-m", "sphinx", ...].
-        args = sphinx_command(self.noxfile.PY, self.docs, build / out, build / f"{out}-doctrees", extra)[1:]
+        # MyST-NB writes executed notebooks beside the HTML folder (outdir.parent / "jupyter_execute"):
+        # a second build into _build/<out> would overwrite the site's, which the next staged build
+        # starts from, so any other output gets a folder of its own.
+        outdir, doctrees = ((build / "html", build / "html-doctrees") if out == "html"
+                            else (build / out / "html", build / out / "doctrees"))
+        args = sphinx_command(self.noxfile.PY, self.docs, outdir, doctrees, extra)[1:]
         if not strict:
             args = [a for a in args if a != "-W"]
         if in_process:

@@ -153,3 +153,18 @@ def test_simulated_mesh_walkthrough_is_far_cheaper_than_8_gloo_processes():
     sim_s = time.perf_counter() - start
     assert steps == real.steps
     assert sim_s / real.wall_s <= 0.2, f"simulated {sim_s:.2f} s vs 8 gloo processes {real.wall_s:.1f} s"
+
+
+@pytest.mark.slow
+def test_an_unexecuted_build_beside_the_site_leaves_its_executed_notebooks_alone(tiny, cold):
+    """The floor figure builds with execution off into `_build/floor`; the site's executed
+    notebooks (`_build/jupyter_execute`, the next build's starting point) keep their outputs."""
+    import json
+
+    site_nb = tiny.docs / "_build" / "jupyter_execute" / "alpha.ipynb"
+    outputs = lambda: sum(len(c.get("outputs", [])) for c in json.loads(site_nb.read_text())["cells"])  # noqa: E731
+    before = outputs()
+    assert before > 0, "the executed notebook has outputs to lose"
+    tiny.sphinx(in_process=True, env={"NB_EXECUTION_MODE": "off"}, strict=False, out="floor")
+    assert (tiny.docs / "_build" / "floor" / "jupyter_execute" / "alpha.ipynb").is_file()
+    assert outputs() == before
