@@ -4,8 +4,9 @@ FSDP2 (``torch.distributed.fsdp.fully_shard``) with ``MixedPrecisionPolicy(param
 accumulates gradients across backwards with gradient sync off.  :func:`uniform_dtype_sweep`
 builds a two-``Linear`` module whose forward can skip the second ``Linear``, runs one
 backward with sync off (using or skipping it), then one synced backward that uses both, for
-``reduce_dtype`` ``None`` and ``float32``.  It runs on the ``"fake"`` process group (rank 0
-of 2), so it needs no second process and no GPU.  Checked on torch 2.14.1 and 2.15.0.
+``reduce_dtype`` ``None``, ``bfloat16`` (the ``param_dtype``), ``float16``, ``float32`` and
+``float64``.  It runs on the ``"fake"`` process group (rank 0 of 2), so it needs no second
+process and no GPU.  Checked on torch 2.14.1 and 2.15.0.
 
 >>> uniform_dtype_sweep()["reduce_dtype=None, second Linear skipped first"]
 'ok: float32, float32, float32, float32'
@@ -22,10 +23,9 @@ __all__ = ["CASES", "uniform_dtype_sweep"]
 
 # case -> (MixedPrecisionPolicy.reduce_dtype, whether the no-sync backward skips the second Linear)
 CASES = {
-    "reduce_dtype=None, both Linears used first": (None, False),
-    "reduce_dtype=None, second Linear skipped first": (None, True),
-    "reduce_dtype=float32, both Linears used first": ("float32", False),
-    "reduce_dtype=float32, second Linear skipped first": ("float32", True),
+    f"reduce_dtype={rd}, {'second Linear skipped first' if skip else 'both Linears used first'}": (
+        None if rd == "None" else rd, skip)
+    for rd in ("None", "bfloat16", "float16", "float32", "float64") for skip in (False, True)
 }
 
 

@@ -37,7 +37,7 @@ import sys
 from typing import Any
 
 __all__ = ["FSDP2_CASES", "INTEGER_DTYPES", "INTEGER_OPS", "fsdp2_mixed_grad_dtypes", "integer_reductions", "numerics_env_override",
-           "numerics_strict", "premul_sum",
+           "numerics_patch_override", "numerics_strict", "premul_sum",
            "probe_all", "source_facts", "unsorted_ranks"]
 
 
@@ -95,6 +95,29 @@ def numerics_env_override() -> dict[str, bool]:
     True
     """
     return {v: _emulate_flag_in_child(v) for v in ("0", "1")}
+
+
+def numerics_patch_override() -> dict[str, bool]:
+    """``emulate_precision_casts`` under ``TORCHINDUCTOR_NUMERICS=strict`` with
+    ``TORCHINDUCTOR_EMULATE_PRECISION_CASTS=1`` (so the flag starts on on both releases), read in a
+    fresh interpreter of this torch: ``before``, inside ``config.patch(emulate_precision_casts=False)``
+    (``patched``), and after the plain assignment ``config.emulate_precision_casts = False``
+    (``assigned``).
+
+    >>> numerics_patch_override()["before"]
+    True
+    """
+    env = {**os.environ, "TORCHINDUCTOR_NUMERICS": "strict", "TORCHINDUCTOR_EMULATE_PRECISION_CASTS": "1"}
+    code = ("from torch._inductor import config\n"
+            "before = config.emulate_precision_casts\n"
+            "with config.patch(emulate_precision_casts=False):\n"
+            "    patched = config.emulate_precision_casts\n"
+            "config.emulate_precision_casts = False\n"
+            "print(int(before), int(patched), int(config.emulate_precision_casts))")
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+    before, patched, assigned = (v == "1" for v in proc.stdout.strip().splitlines()[-1].split())
+    return {"before": before, "patched": patched, "assigned": assigned}
 
 
 def premul_sum(world_size: int = 2, factor: float = 2.0) -> dict[str, Any]:

@@ -111,8 +111,8 @@ DIFFERENCES: tuple[Difference, ...] = (
                "backward with gradient sync off, it receives one bf16 and three fp32 gradients and "
                "reduce-scatters fp32"),
     Difference("versions", "versions-fsdp2-uniform",
-               "FSDP2 with reduce_dtype=fp32, a backward with gradient sync off, then a synced backward in "
-               "which a parameter gets its first gradient",
+               "FSDP2 with param_dtype=bf16 and reduce_dtype fp16, fp32 or fp64, a backward with gradient "
+               "sync off, then a synced backward in which a parameter gets its first gradient",
                "raises AssertionError: FSDP reduce-scatter expects uniform gradient dtype",
                "succeeds, with fp32 gradients"),
     Difference("versions", "versions-integer-var",
@@ -127,7 +127,8 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference("versions", "versions-unsorted-ranks",
                "LocalTensorMode's all_reduce, broadcast and all_gather over new_group([1, 0], sort_ranks=False)",
                "raise AssertionError(ranks) in _prepare_collective_groups",
-               "work, in the group's rank order"),
+               "work (run in a 2-rank world, where the group is the whole world), all_gather in the "
+               "group's rank order"),
 )
 
 

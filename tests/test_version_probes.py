@@ -57,3 +57,21 @@ def test_outcome_sorts_the_set_in_a_message():
 
     assert _outcome(AssertionError("got {b, a}\nmore"), []) == "AssertionError: got {a, b}"
     assert _outcome(None, ["float32"]) == "ok: float32"
+
+
+def test_sweep_covers_each_reduce_dtype_both_ways():
+    from explainers.version_fsdp2 import CASES
+
+    assert len(CASES) == 10
+    assert {rd for rd, _ in CASES.values()} == {None, "bfloat16", "float16", "float32", "float64"}
+    assert {skip for _, skip in CASES.values()} == {False, True}
+
+
+@pytest.mark.parametrize("release", SUPPORTED)
+def test_numerics_patch_override_starts_on(release):
+    got = run_under(release, "explainers.version_probes:numerics_patch_override")
+    assert set(got) == {"before", "patched", "assigned"}
+    # TORCHINDUCTOR_EMULATE_PRECISION_CASTS=1 turns the flag on on both releases
+    assert got["before"] is True
+    # 2.15.0's strict implication overrides both; on 2.14.1 both turn it off
+    assert got["patched"] is got["assigned"] is (release == "2.15.0")
