@@ -37,15 +37,27 @@ class BuildFailed(RuntimeError):
 
 
 def failure_lines(log: str, limit: int = 40) -> str:
-    """The lines of a failed build's log that say what failed (a page's warning, an error, the failing cell).
+    """What a failed build's log says failed.
 
-    The end of the log is nox echoing the command and the environment, which names no page.
+    ``nox -s docs`` ends a failed build with one verdict line that names each failing
+    page and why (``tools.sitebuild``): that line is the answer.  A bare ``sphinx-build``
+    (the floor builds) has no verdict, so its warning and error lines stand in.  The
+    log's last lines are nox echoing the command and the environment, which name no page.
 
+    >>> print(failure_lines("ok\\nAssertionError: the claim\\n"
+    ...                     "torch 2.15.0: The docs build FAILED (a.md: AssertionError: the claim). No site.\\n"
+    ...                     "nox > Session docs failed."))
+    torch 2.15.0: The docs build FAILED (a.md: AssertionError: the claim). No site.
     >>> print(failure_lines("ok\\n/x/docs/a.md: WARNING: Executing notebook failed: CellExecutionError\\n"
     ...                     "AssertionError: the claim\\nnox > Session docs failed."))
     /x/docs/a.md: WARNING: Executing notebook failed: CellExecutionError
     AssertionError: the claim
     """
+    from tools.sitebuild import FAILED
+
+    verdict = [line for line in log.splitlines() if FAILED in line]
+    if verdict:
+        return "\n".join(verdict)
     keep = re.compile(r"WARNING|ERROR|Error:|Error\b.*:|Traceback|Timeout|timed out|exceeded")
     return "\n".join([line for line in log.splitlines() if keep.search(line)][:limit])
 

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from explainers.allocator.fieldtable import data_members, field_markdown, field_report, field_table
+from explainers.allocator.fieldtable import _entry_contexts, data_members, field_markdown, field_report, field_table
+from explainers.allocator.locktable import _functions, _impl_body, lock_table
 from explainers.allocator.torchpaths import find_torch
 from explainers.releases import ReleaseNotProvisioned, run_under
 
@@ -82,6 +83,26 @@ def test_a_helper_inherits_only_the_locks_every_path_into_it_holds():
     row = next(r for r in field_table(HEADER % "") if r.field == "HostBlock::count_")
     assert [(a.function, a.held) for a in row.accesses] == [("helper", ("block->mutex_",))]
     assert row.guard == ("block->mutex_",)
+
+
+CYCLE = """struct CachingHostAllocatorImpl {
+  void outer() { std::lock_guard<std::mutex> g(instance_mutex_); inner(); }
+  void inner() { again(); }
+  void again() { if (depth_) inner(); }
+  std::mutex instance_mutex_;
+  int depth_ = 0;
+};
+struct CachingHostAllocatorInterface {
+  void api() { impl_->again(); }
+};"""
+
+
+def test_every_path_into_a_member_on_a_call_cycle_is_found():
+    # again is an entry point and is also reached as outer -> inner -> again, holding instance_mutex_;
+    # the cycle inner <-> again must not hide that second path, whichever member is visited first.
+    text, start, end = _impl_body(CYCLE)
+    entry = _entry_contexts(lock_table(CYCLE), text, _functions(text, start, end - 1))
+    assert entry == {"outer": {()}, "inner": {(), ("instance_mutex_",)}, "again": {(), ("instance_mutex_",)}}
 
 
 def test_every_declared_block_field_is_tracked_and_mutexes_are_not():

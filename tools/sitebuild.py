@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "FAILURES_ENV", "PUBLISHED", "build_site", "inputs_digest", "main",
+__all__ = ["BuildResult", "FAILED", "FAILURES_ENV", "PUBLISHED", "build_site", "inputs_digest", "main",
            "sphinx_command", "tree_digest"]
 
 # What a successful build publishes from staging into `_build/`.  MyST-NB
@@ -37,6 +37,8 @@ PUBLISHED = ("html", "doctrees", "jupyter_execute")
 INPUTS_FILE = "html-inputs.sha256"
 # Where docs/_ext/strict_exec.py writes {page: why} for the pages whose code failed.
 FAILURES_ENV = "TORCH_EXPLAINERS_FAILURES"
+# How a failed build's one-line verdict starts (read back by the benchmark).
+FAILED = "The docs build FAILED"
 # A located line of Sphinx's warning file: "/abs/docs/page.md:12: WARNING: ...".
 _LOCATED = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
 # Never inputs: build outputs, notebook execution folders, editor and bytecode caches.
@@ -262,7 +264,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
         failed = failed_pages(report, warnfile, docs.resolve())
         named = ("; ".join(f"{page}: {why}" for page, why in failed.items()) if failed
                  else "see the output above")
-        return BuildResult(False, output, f"The docs build FAILED ({named}). {kept}")
+        return BuildResult(False, output, f"{FAILED} ({named}). {kept}")
     recorded.unlink(missing_ok=True)  # the site is being replaced: its old inputs no longer hold
     for name in PUBLISHED:
         if not (staging / name).exists():

@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .locktable import _ACQUIRE, _functions, _impl_body, blank_comments, canonical_lock, lock_table
+from .locktable import LockTable, _functions, _impl_body, blank_comments, lock_table, scoped_walk
 
 __all__ = ["STRUCTS", "Access", "FieldRow", "data_members", "field_table", "field_report", "field_markdown", "lock_comments"]
 
@@ -128,7 +128,11 @@ def data_members(header: str, struct: str) -> dict[str, str]:
     ... };''', "S")
     {'m_': 'std::mutex', 'cbs_': 'std::vector<std::pair<int, std::function<bool(int)>>>', 'on_': 'std::atomic<bool>', 'v_': 'std::vector<int>'}
     """
-    text = blank_comments(header)
+    return _members(blank_comments(header), struct)
+
+
+def _members(text: str, struct: str) -> dict[str, str]:
+    """:func:`data_members` of a header whose comments are already blanked."""
     span = _struct_body(text, struct)
     if span is None:
         return {}
@@ -161,50 +165,35 @@ def data_members(header: str, struct: str) -> dict[str, str]:
     return members
 
 
-def _entry_contexts(header: str, text: str, spans: dict[str, tuple[int, int]]) -> dict[str, set[tuple[str, ...]]]:
-    """For each member function, every set of locks some path into it holds (``()`` for an entry point)."""
-    table = lock_table(header)
+def _entry_contexts(table: LockTable, text: str, spans: dict[str, tuple[int, int]]) -> dict[str, set[tuple[str, ...]]]:
+    """For each member function, every set of locks some path into it holds (``()`` for an entry point).
+
+    A fixed point over the call graph, so a cycle (a member that reaches itself)
+    neither loops nor cuts short the paths of the members on it.
+    """
     callers: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
     for c in table.calls:
         if not c.callee.startswith("trace_buffer_."):
             callers.setdefault(c.callee, []).append((c.caller, c.held))
     external = set(re.findall(r"impl_->(\w+)\s*\(", text))
-    memo: dict[str, set[tuple[str, ...]]] = {}
-
-    def contexts(fn: str, stack: tuple[str, ...]) -> set[tuple[str, ...]]:
-        if fn in memo:
-            return memo[fn]
-        out: set[tuple[str, ...]] = set()
-        if fn in external or fn not in callers:
-            out.add(())
-        for caller, held in callers.get(fn, ()):
-            if caller in stack:
-                continue  # recursion adds no new path in
-            for ctx in contexts(caller, (*stack, caller)):
-                out.add(tuple(sorted({*ctx, *held})))
-        memo[fn] = out or {()}
-        return memo[fn]
-
-    return {fn: contexts(fn, (fn,)) for fn in spans}
+    out = {fn: {()} if fn in external or fn not in callers else set() for fn in {*spans, *callers}}
+    changed = True
+    while changed:
+        changed = False
+        for fn, calls in callers.items():
+            for caller, held in calls:
+                for ctx in list(out.get(caller, {()})):
+                    path = tuple(sorted({*ctx, *held}))
+                    if path not in out[fn]:
+                        out[fn].add(path)
+                        changed = True
+    return {fn: out[fn] or {()} for fn in spans}
 
 
 def _held_at(text: str, a: int, b: int, points: list[int]) -> dict[int, tuple[str, ...]]:
-    """The locks a function body ``text[a:b]`` holds at each offset in *points* (block-scoped guards)."""
-    found = [(i, "brace", text[i]) for i in range(a + 1, b) if text[i] in "{}"]
-    found += [(m.start(), "lock", m) for m in _ACQUIRE.finditer(text, a, b)]
-    found += [(p, "point", None) for p in points]
-    found.sort(key=lambda t: (t[0], t[1] == "point"))
-    held: list[tuple[int, tuple[str, ...]]] = []
-    level, out = 0, {}
-    for pos, what, obj in found:
-        if what == "brace":
-            level += 1 if obj == "{" else -1
-            held = [h for h in held if h[0] <= level]
-        elif what == "lock":
-            held.append((level, tuple(canonical_lock(x.strip()) for x in obj.group("args").split(","))))
-        else:
-            out[pos] = tuple(lk for _, locks in held for lk in locks)
-    return out
+    """The locks a function body ``text[a:b]`` holds at each offset in *points*."""
+    return {pos: held for pos, what, _, held in scoped_walk(text, a, b, [(p, "point", None) for p in points])
+            if what == "point"}
 
 
 def _callback_locks(text: str, spans: dict[str, tuple[int, int]]) -> dict[str, tuple[str, ...]]:
@@ -227,17 +216,18 @@ def field_table(header: str) -> list[FieldRow]:
     """One :class:`FieldRow` per data member (mutexes left out) of :data:`STRUCTS`, accesses in header order."""
     text, start, end = _impl_body(header)
     spans = _functions(text, start, end - 1)
-    entry = _entry_contexts(header, blank_comments(header), spans)
+    entry = _entry_contexts(lock_table(header), text, spans)
     callbacks = _callback_locks(text, spans)
     rows: dict[str, FieldRow] = {}
+    members = {s: _members(text, s) for s in (*STRUCTS, "HostStats")}
     for struct in STRUCTS:
-        for name, type_ in data_members(header, struct).items():
+        for name, type_ in members[struct].items():
             if "mutex" not in type_:
                 rows.setdefault(name, FieldRow(f"{struct}::{name}", type_))
-    own = set(data_members(header, "CachingHostAllocatorImpl"))
-    others = {n for s in STRUCTS[1:] for n in data_members(header, s)}
+    own = set(members["CachingHostAllocatorImpl"])
+    others = {n for s in STRUCTS[1:] for n in members[s]}
     # HostStats (what getStats returns) reuses HostStatsStaged's names: those need the ``stats_.`` path.
-    staged = set(data_members(header, "HostStatsStaged")) & set(data_members(header, "HostStats"))
+    staged = set(members["HostStatsStaged"]) & set(members["HostStats"])
     mention = re.compile(r"(?P<pre>\.|->)?\s*\b(?P<name>" + "|".join(map(re.escape, sorted(rows, key=len, reverse=True)))
                          + r")\b")
 

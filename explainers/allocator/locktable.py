@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["virtual_members", "LockSite", "CallSite", "Nesting", "LockTable", "lock_table", "canonical_lock", "blank_comments",
+__all__ = ["virtual_members", "LockSite", "CallSite", "Nesting", "LockTable", "lock_table", "scoped_walk", "canonical_lock", "blank_comments",
            "RING_BUFFER_LOCKING", "CUDA_BACKEND_LOCKS", "backend_nestings", "against_note", "lock_report"]
 
 _IMPL = "struct CachingHostAllocatorImpl {"
@@ -192,6 +192,36 @@ def _impl_body(header: str) -> tuple[str, int, int]:
     return text, start, end
 
 
+def scoped_walk(text: str, a: int, b: int, marks: list[tuple[int, str, object]]):
+    """Walk the function body ``text[a:b]`` in order, tracking block-scoped guards.
+
+    Yields ``(offset, what, obj, held)`` for each acquisition (``what == "lock"``,
+    *obj* its :data:`_ACQUIRE` match) and each of *marks* (``(offset, what, obj)``),
+    where *held* is the locks the guards live at that point hold.  A guard lives
+    until the ``}`` that closes the block it was declared in.
+
+    >>> body = "{ std::lock_guard<std::mutex> g(instance_mutex_); { std::lock_guard<std::mutex> h(block->mutex_); f(); } f(); }"
+    >>> calls = [(body.index("f()"), "call", None), (body.rindex("f()"), "call", None)]
+    >>> [(what, held) for _, what, _, held in scoped_walk(body, 0, len(body) - 1, calls)]
+    [('lock', ()), ('lock', ('instance_mutex_',)), ('call', ('instance_mutex_', 'block->mutex_')), ('call', ('instance_mutex_',))]
+    """
+    found: list[tuple[int, str, object]] = [(i, "brace", text[i]) for i in range(a + 1, b) if text[i] in "{}"]
+    found += [(m.start(), "lock", m) for m in _ACQUIRE.finditer(text, a, b)]
+    found += marks
+    found.sort(key=lambda t: (t[0], t[1] not in ("brace", "lock")))
+    live: list[tuple[int, tuple[str, ...]]] = []  # (block depth, locks) per live guard
+    level = 0
+    for pos, what, obj in found:
+        now = tuple(lk for _, locks in live for lk in locks)
+        if what == "brace":
+            level += 1 if obj == "{" else -1
+            live = [g for g in live if g[0] <= level]
+            continue
+        yield pos, what, obj, now
+        if what == "lock":
+            live.append((level, tuple(canonical_lock(x.strip()) for x in obj.group("args").split(","))))
+
+
 def lock_table(header: str) -> LockTable:
     """Parse ``CachingHostAllocatorImpl`` in *header* (the text of ``CachingHostAllocator.h``)."""
     text, start, end = _impl_body(header)
@@ -206,25 +236,14 @@ def lock_table(header: str) -> LockTable:
                          r"|trace_buffer_\.(?P<ring>\w+)\s*\(")
     events: dict[str, list[tuple[str, object]]] = {}
     for name, (a, b) in spans.items():
-        found: list[tuple[int, str, object]] = [(i, "brace", text[i]) for i in range(a + 1, b) if text[i] in "{}"]
-        found += [(m.start(), "lock", m) for m in _ACQUIRE.finditer(text, a, b)]
-        found += [(m.start(), "call", m) for m in call_re.finditer(text, a, b)]
-        found.sort(key=lambda t: t[0])
-        held: list[tuple[int, tuple[str, ...]]] = []  # (block depth, locks) per live guard
-        level = 0
         steps: list[tuple[str, object]] = []
-        for pos, what, obj in found:
-            now = tuple(lk for _, locks in held for lk in locks)
-            if what == "brace":
-                level += 1 if obj == "{" else -1
-                held = [h for h in held if h[0] <= level]
-            elif what == "lock":
+        marks = [(m.start(), "call", m) for m in call_re.finditer(text, a, b)]
+        for pos, what, obj, now in scoped_walk(text, a, b, marks):
+            if what == "lock":
                 exprs = tuple(x.strip() for x in obj.group("args").split(","))
-                locks = tuple(canonical_lock(x) for x in exprs)
-                site = LockSite(name, line_of(pos), obj.group("kind"), locks, exprs, now)
+                site = LockSite(name, line_of(pos), obj.group("kind"), tuple(canonical_lock(x) for x in exprs), exprs, now)
                 table.sites.append(site)
                 steps.append(("lock", site))
-                held.append((level, locks))
             else:
                 callee = obj.group("name") or "trace_buffer_." + obj.group("ring")
                 if obj.group("ring") and obj.group("ring") not in RING_BUFFER_LOCKING:
