@@ -6,7 +6,13 @@ import re
 
 import pytest
 
-from explainers.allocator.fieldtable import _entry_contexts, data_members, field_markdown, field_report, field_table
+from explainers.allocator.fieldtable import (
+    _entry_contexts,
+    data_members,
+    field_markdown,
+    field_report,
+    field_table,
+)
 from explainers.allocator.locktable import _functions, _impl_body, lock_table
 from explainers.allocator.torchpaths import find_torch
 from explainers.releases import ReleaseNotProvisioned, run_under
