@@ -1,6 +1,8 @@
 """Page weight: the bytes a browser transfers to load each page with an empty cache.
 
-A local ``http.server`` serves the built site and counts every byte it writes
+A local ``http.server`` serves the built site under the path it is published
+at (the canonical link's path, ``/torch-explainers/``: the 404 page's links are
+absolute under it, as GitHub Pages needs) and counts every byte it writes
 (headers included), per request; headless Chromium (Playwright, Debian's
 ``/usr/bin/chromium``) loads each page in a fresh browser context, so nothing
 is cached, and waits until the network is idle.  Any request to another host
@@ -14,6 +16,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import os
+import re
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-__all__ = ["PageWeight", "find_chromium", "measure_site"]
+__all__ = ["PageWeight", "find_chromium", "measure_site", "site_prefix"]
 
 _TEXT = (".html", ".css", ".js", ".svg", ".json", ".txt", ".map")
 
@@ -45,6 +48,23 @@ def find_chromium() -> str | None:
     return None
 
 
+def site_prefix(site: Path) -> str:
+    """The path the built ``site`` is published under, from its index page's canonical link (``/`` if none).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "index.html").write_text('<link rel="canonical" href="https://x.github.io/proj/index.html" />')
+    >>> site_prefix(d)
+    '/proj/'
+    >>> _ = (d / "index.html").write_text("<html></html>")
+    >>> site_prefix(d)
+    '/'
+    """
+    index = site / "index.html"
+    m = re.search(r'<link rel="canonical" href="([^"]+)"', index.read_text(errors="replace")) if index.is_file() else None
+    return urlparse(m[1]).path.rsplit("/", 1)[0] + "/" if m else "/"
+
+
 class _Counter:
     def __init__(self, raw):
         self.raw = raw
@@ -60,6 +80,12 @@ class _Counter:
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     log: list  # (path, status, bytes), shared per server
+    prefix: str  # the published path: requests under it map to the site's root
+
+    def translate_path(self, path):
+        if path.startswith(self.prefix):
+            path = "/" + path[len(self.prefix):]
+        return super().translate_path(path)
 
     def setup(self):
         super().setup()
@@ -79,8 +105,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _gzip_size(site: Path, url_path: str, raw: int) -> int:
-    path = site / unquote(urlparse(url_path).path).lstrip("/")
+def _gzip_size(site: Path, prefix: str, url_path: str, raw: int) -> int:
+    path = site / unquote(urlparse(url_path).path).removeprefix(prefix).lstrip("/")
     if path.is_dir():
         path = path / "index.html"
     if path.suffix in _TEXT and path.is_file():
@@ -96,7 +122,8 @@ def measure_site(site: Path, pages: list[str], chromium: str | None = None) -> l
     if chromium is None:
         raise RuntimeError("page weight needs Chromium: apt-get install -y chromium")
     log: list = []
-    handler = type("H", (_Handler,), {"log": log})
+    prefix = site_prefix(site)
+    handler = type("H", (_Handler,), {"log": log, "prefix": prefix})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
@@ -121,17 +148,17 @@ def measure_site(site: Path, pages: list[str], chromium: str | None = None) -> l
                 context.route("**/*", route)
                 page = context.new_page()
                 log.clear()
-                page.goto(f"{base}/{page_name}.html", wait_until="networkidle")
+                page.goto(f"{base}{prefix}{page_name}.html", wait_until="networkidle")
                 context.close()
                 entries = list(log)
                 results.append(PageWeight(
                     page=page_name,
                     bytes=sum(n for _, _, n in entries),
-                    gzip_bytes=sum(_gzip_size(site, u, n) for u, s, n in entries),
+                    gzip_bytes=sum(_gzip_size(site, prefix, u, n) for u, s, n in entries),
                     requests=len(entries),
                     external=external,
                     failed=[u for u, s, _ in entries if s != 200],
-                    largest=sorted(((urlparse(u).path, n) for u, _, n in entries), key=lambda e: -e[1])[:3],
+                    largest=sorted(((urlparse(u).path.removeprefix(prefix), n) for u, _, n in entries), key=lambda e: -e[1])[:3],
                 ))
             browser.close()
     finally:
