@@ -7,8 +7,11 @@ Two readers for the compile page:
   :mod:`ast`, so comments, docstrings and strings do not count);
 * :func:`watch_saved_tensor_casts` records, during a compile, what
   Inductor's pointwise lowering decides for
-  ``emulate_precision_casts_on_saved_tensors`` and which conversions reach
-  the C++ backend.
+  ``emulate_precision_casts_on_saved_tensors``, which of its downcasts
+  survive the C++ backend's low-precision legalization, and which
+  conversions reach the C++ backend;
+* :func:`keep_saved_tensor_downcast` keeps those downcasts through that
+  legalization, the ablation that shows where they go.
 
 >>> ("_inductor/codegen/triton.py", '"enable_fp_fusion": not config.emulate_precision_casts,') in {
 ...     (path, text) for path, _, _, text in config_reads("emulate_precision_casts")}
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["config_reads", "op_calls", "watch_saved_tensor_casts"]
+__all__ = ["config_reads", "op_calls", "watch_saved_tensor_casts", "keep_saved_tensor_downcast"]
 
 
 def _sources(mention: str, under: str = "") -> Iterator[tuple[str, str]]:
@@ -118,6 +121,10 @@ def watch_saved_tensor_casts() -> Iterator[dict[str, list]]:
       pointwise node: is its output saved for backward and also read by
       forward math; the source line is the last line of code in the node's
       recorded stack trace (the user's line it was traced from), or ``None``;
+    * ``"legalized"``: ``(before, after)`` for each loop body the C++ backend
+      legalizes (``CppKernelProxy.legalize_lowp_fp_dtype_loopbody``): the
+      number of its ``to_dtype`` nodes with ``use_compute_types=False``
+      (:func:`_saved_downcasts`) before and after that pass;
     * ``"cpp_to_dtype"``: ``(dtype, use_compute_types)`` of each call of the
       C++ backend's ``to_dtype`` (``CppOverrides`` and ``CppVecOverrides``).
       ``make_pointwise`` asks for its emulated downcast with
@@ -130,15 +137,22 @@ def watch_saved_tensor_casts() -> Iterator[dict[str, list]]:
     >>> before = lowering._has_saved_lowp_output_use
     >>> with watch_saved_tensor_casts() as seen:
     ...     lowering._has_saved_lowp_output_use is before, sorted(seen)
-    (False, ['cpp_to_dtype', 'saved_check'])
+    (False, ['cpp_to_dtype', 'legalized', 'saved_check'])
     >>> lowering._has_saved_lowp_output_use is before
     True
     """
     from torch._inductor import lowering
-    from torch._inductor.codegen.cpp import CppOverrides, CppVecOverrides
+    from torch._inductor.codegen.cpp import CppKernelProxy, CppOverrides, CppVecOverrides
 
-    seen: dict[str, list] = {"saved_check": [], "cpp_to_dtype": []}
+    seen: dict[str, list] = {"saved_check": [], "legalized": [], "cpp_to_dtype": []}
     check = lowering._has_saved_lowp_output_use
+    legalize = CppKernelProxy.legalize_lowp_fp_dtype_loopbody
+
+    def legalize_counted(self, loop_body):
+        before = _saved_downcasts(loop_body)
+        result = legalize(self, loop_body)
+        seen["legalized"].append((before, _saved_downcasts(loop_body)))
+        return result
 
     def saved_check(node):
         result = check(node)
@@ -157,11 +171,78 @@ def watch_saved_tensor_casts() -> Iterator[dict[str, list]]:
 
     originals = {cls: cls.__dict__["to_dtype"] for cls in (CppOverrides, CppVecOverrides)}
     lowering._has_saved_lowp_output_use = saved_check
+    CppKernelProxy.legalize_lowp_fp_dtype_loopbody = legalize_counted
     for cls in originals:
         cls.to_dtype = spy(cls.to_dtype)
     try:
         yield seen
     finally:
         lowering._has_saved_lowp_output_use = check
+        CppKernelProxy.legalize_lowp_fp_dtype_loopbody = legalize
         for cls, original in originals.items():
             cls.to_dtype = original
+
+
+def _is_saved_downcast(node) -> bool:
+    """A loop-body ``to_dtype`` node made with ``use_compute_types=False`` (``make_pointwise``'s emulated downcast)."""
+    return node.target == "to_dtype" and node.kwargs.get("use_compute_types") is False
+
+
+def _saved_downcasts(loop_body) -> int:
+    """How many :func:`_is_saved_downcast` nodes a ``LoopBody``'s blocks hold."""
+    blocks = [loop_body.root_block, *loop_body.subblocks.values()]
+    return sum(_is_saved_downcast(node) for block in blocks for node in block.graph.nodes)
+
+
+@contextlib.contextmanager
+def keep_saved_tensor_downcast() -> Iterator[None]:
+    """Keep ``make_pointwise``'s ``use_compute_types=False`` downcasts through the C++ legalization, until exit.
+
+    ``CppKernelProxy.legalize_lowp_fp_dtype_loopbody``
+    (``torch/_inductor/codegen/cpp.py``, torch 2.14.1 and 2.15.0) ends by
+    erasing each ``to_dtype`` node whose users are all ``to_dtype`` nodes to
+    the same dtype (it hands the node's uses to the node's input, then erases
+    the node), whatever the node's ``use_compute_types``.  While this is
+    active, that hand-over and that erasure skip :func:`_is_saved_downcast`
+    nodes during that pass; every other step, node and pass is untouched.  The FX graph
+    cache is switched off, so a compile generates code.  Private APIs,
+    wrapped (not changed) and restored on exit.
+
+    >>> import torch.fx
+    >>> from torch._inductor.codegen.cpp import CppKernelProxy
+    >>> before = CppKernelProxy.legalize_lowp_fp_dtype_loopbody, torch.fx.Graph.erase_node
+    >>> with keep_saved_tensor_downcast():
+    ...     CppKernelProxy.legalize_lowp_fp_dtype_loopbody is before[0]
+    False
+    >>> (CppKernelProxy.legalize_lowp_fp_dtype_loopbody, torch.fx.Graph.erase_node) == before
+    True
+    """
+    import torch._inductor.config as inductor_config
+    import torch.fx
+    from torch._inductor.codegen.cpp import CppKernelProxy
+
+    legalize = CppKernelProxy.legalize_lowp_fp_dtype_loopbody
+    replace, erase = torch.fx.Node.replace_all_uses_with, torch.fx.Graph.erase_node
+
+    def replace_unless_kept(node, replace_with, *args, **kwargs):
+        # the elimination's step: the node's uses handed to its own input
+        if _is_saved_downcast(node) and replace_with is node.all_input_nodes[-1]:
+            return []
+        return replace(node, replace_with, *args, **kwargs)
+
+    def erase_unless_kept(graph, node):
+        return None if _is_saved_downcast(node) and node.users else erase(graph, node)
+
+    def legalize_keeping(self, loop_body):
+        torch.fx.Node.replace_all_uses_with, torch.fx.Graph.erase_node = replace_unless_kept, erase_unless_kept
+        try:
+            return legalize(self, loop_body)
+        finally:
+            torch.fx.Node.replace_all_uses_with, torch.fx.Graph.erase_node = replace, erase
+
+    CppKernelProxy.legalize_lowp_fp_dtype_loopbody = legalize_keeping
+    try:
+        with inductor_config.patch(fx_graph_cache=False):
+            yield
+    finally:
+        CppKernelProxy.legalize_lowp_fp_dtype_loopbody = legalize
