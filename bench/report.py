@@ -72,11 +72,13 @@ def write_markdown(path: Path, figs: Sequence[Figure], sections: dict[str, str],
         "",
         "Written by `nox -s bench` (`python -m bench`); do not edit by hand. Every figure is the "
         f"median of {meta.get('runs', '?')} runs with min and max, measured side by side in one "
-        "session; ratios are taken run by run, so both sides of a ratio saw the same machine load.",
+        + ("session" if "sessions merged" not in meta else
+           f"session per group ({meta['sessions merged']} sessions merged)")
+        + "; ratios are taken run by run, so both sides of a ratio saw the same machine load.",
         "",
         f"- **commit measured**: {meta.get('commit') or commit_line()}",
         f"- **machine**: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        *[f"- **{k}**: {v}" for k, v in meta.items() if k not in ("runs", "commit")],
+        *[f"- **{k}**: {v}" for k, v in meta.items() if k not in ("runs", "commit", "sessions merged")],
         "",
         "## Figures against the goals",
         "",

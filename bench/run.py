@@ -4,10 +4,15 @@
     python -m bench --runs 5
     python -m bench --only render,mesh
     python -m bench --experiments   # also cold builds under -j 2 / OMP_NUM_THREADS=1
+    python -m bench --rerender a/results.json b/results.json   # one report from runs of different groups
 
 Groups: site (cold, floors, overhead, warm, edits), import, render, mesh, tsan,
 weight (needs the site group's build), releases (cold build on every supported
 torch release against the primary only), experiments (opt-in).
+
+A run writes its ``results.json`` after each group, so a run stopped part-way
+keeps the groups it finished; ``--rerender`` with several files merges runs of
+the same commit (a figure measured again replaces the earlier one).
 """
 
 from __future__ import annotations
@@ -58,6 +63,54 @@ def load_note(start: str, cores: int) -> str:
                 "and the executed-page sets are the stable figures")
     return (f"the machine was not saturated at the start (load {one_minute:.1f} on {cores} cores); "
             "the load at the end is the benchmark's own work (parallel builds, 8-rank launches)")
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """One run's data from several ``results.json`` of the same commit, later runs winning per figure.
+
+    >>> a = {"meta": {"commit": "abc", "date": "d1", "load average at start (1/5/15 min)": "1.0 / 1 / 1",
+    ...               "bench wall time": "10.0 min"},
+    ...      "figures": [{"key": "cold", "samples": [1]}, {"key": "import_torch", "samples": [3]}],
+    ...      "pages": {"cold execution (MyST-NB)": {"render": [5]}}, "notes": ["n1"], "docnames": ["render"]}
+    >>> b = {"meta": {"commit": "abc", "date": "d2", "load average at start (1/5/15 min)": "0.5 / 1 / 1",
+    ...               "bench wall time": "2.5 min"},
+    ...      "figures": [{"key": "import_torch", "samples": [2]}], "notes": ["n1", "n2"]}
+    >>> m = merge_runs([a, b])
+    >>> [(f["key"], f["samples"]) for f in m["figures"]], m["notes"], m["meta"]["date"]
+    ([('cold', [1]), ('import_torch', [2])], ['n1', 'n2'], 'd1; d2')
+    >>> m["meta"]["bench wall time"], m["meta"]["load average at start (1/5/15 min)"]
+    ('12.5 min (2 runs)', '1.0 / 1 / 1; 0.5 / 1 / 1')
+    >>> merge_runs([a, {**b, "meta": {**b["meta"], "commit": "def"}}])
+    Traceback (most recent call last):
+    ...
+    ValueError: the runs measured different commits (abc, def): run every group on one commit
+    """
+    commits = list(dict.fromkeys(r["meta"].get("commit", "") for r in runs))
+    if len(commits) > 1:
+        raise ValueError(f"the runs measured different commits ({', '.join(commits)}): run every group on one commit")
+    figures: dict[str, dict] = {}
+    pages: dict[str, dict] = {}
+    notes: list[str] = []
+    docnames: list[str] = []
+    experiments: list[dict] = []
+    for r in runs:
+        figures.update({f["key"]: f for f in r.get("figures", [])})
+        for kind, per_page in r.get("pages", {}).items():
+            pages.setdefault(kind, {}).update(per_page)
+        notes += [n for n in r.get("notes", []) if n not in notes]
+        docnames += [d for d in r.get("docnames", []) if d not in docnames]
+        experiments = r.get("experiments") or experiments
+    meta = dict(runs[0]["meta"])
+    if len(runs) > 1:
+        for key in ("date", "load average at start (1/5/15 min)", "load average at end", "note"):
+            values = [r["meta"][key] for r in runs if key in r["meta"]]
+            if values:
+                meta[key] = "; ".join(values)
+        minutes = sum(float(r["meta"].get("bench wall time", "0 min").split()[0]) for r in runs)
+        meta["bench wall time"] = f"{minutes:.1f} min ({len(runs)} runs)"
+        meta["sessions merged"] = str(len(runs))
+    return {"meta": meta, "figures": list(figures.values()), "experiments": experiments, "pages": pages,
+            "notes": notes, "docnames": docnames}
 
 
 def _by_key(figs: list[Figure]) -> dict[str, Figure]:
@@ -248,11 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module-runs", type=int, default=1, help="rounds that edit each module (default 1)")
     ap.add_argument("--touch-page", default=None, help="page whose code is edited (default: render)")
     ap.add_argument("--out", type=Path, default=BENCH, help="where results.md / results.svg go")
-    ap.add_argument("--rerender", type=Path, default=None, metavar="RESULTS_JSON",
-                    help="measure nothing: rewrite results.md / results.svg from a run's results.json")
+    ap.add_argument("--rerender", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite results.md / results.svg from one run's results.json, "
+                         "or from several runs of the same commit, merged")
     args = ap.parse_args(argv)
     if args.rerender:
-        print(render_results(json.loads(args.rerender.read_text()), args.out))
+        print(render_results(merge_runs([json.loads(p.read_text()) for p in args.rerender]), args.out))
         return 0
     if args.runs < 1:
         ap.error("--runs must be at least 1")
@@ -279,14 +333,25 @@ def main(argv: list[str] | None = None) -> int:
         "weight": lambda: F.weight_figures(ctx),
         "releases": lambda: F.releases_figures(ctx),
     }
+    def save(done: list[str]) -> dict:
+        data = {"meta": {**meta, "groups measured": ", ".join(done)},
+                "figures": [asdict_figure(f) for f in figs], "experiments": [asdict_figure(f) for f in experiments],
+                "pages": ctx.pages, "notes": ctx.notes, "docnames": ctx.docnames}
+        (ctx.work / "results.json").write_text(json.dumps(data, indent=1))
+        return data
+
+    done: list[str] = []
     for g in GROUPS:
         if g not in groups:
             continue
         ctx.log(f"== {g}")
         try:
-            figs += steps[g]()
+            measured = steps[g]()
         except Exception as exc:  # noqa: BLE001 - one broken group never hides the others
-            figs.append(F._failed(Figure(g, f"{g} figures", "s"), exc))
+            measured = [F._failed(Figure(g, f"{g} figures", "s"), exc)]
+        figs += [f.judge() for f in measured]
+        done.append(g)
+        save(done)  # a run stopped later keeps this group (python -m bench --rerender merges runs)
     if args.experiments:
         ctx.log("== experiments")
         ctx.runs = args.experiment_runs or args.runs
@@ -299,11 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["load average at end"] = _load()
     meta["bench wall time"] = f"{(time.perf_counter() - started) / 60:.1f} min"
     meta["note"] = load_note(meta["load average at start (1/5/15 min)"], os.cpu_count() or 1)
-    data = {"meta": meta, "figures": [asdict_figure(f) for f in figs],
-            "experiments": [asdict_figure(f) for f in experiments],
-            "pages": ctx.pages, "notes": ctx.notes, "docnames": ctx.docnames}
-    (ctx.work / "results.json").write_text(json.dumps(data, indent=1))
-    text = render_results(data, args.out)
+    text = render_results(save(done), args.out)
     print(text)
     pending = [f.label for f in figs if f.status == NOT_YET]
     if pending:
