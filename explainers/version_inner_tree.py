@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-__all__ = ["LAYOUTS", "OTHER_CASES", "eligibility_grid", "stated_rule"]
+__all__ = ["LAYOUTS", "OTHER_CASES", "config_hash_changes", "eligibility_grid", "eligibility_report",
+           "stated_rule"]
 
 # name -> (sizes, strides, reduced dim): each a layout of a float32 input reduced by sum(dim)
 LAYOUTS: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]] = {
@@ -132,3 +133,39 @@ def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
         for p in patches:
             p.stop()
     return found
+
+
+def eligibility_report() -> dict[str, dict[str, bool]]:
+    """:func:`eligibility_grid` under each setting the Versions page reports, in one process.
+
+    ``"strict"`` with the GPU preconditions patched, the same with a device whose backend is not
+    Triton, the other ``numerics`` values (patched too), and ``"strict"`` as installed.
+
+    >>> report = eligibility_report()
+    >>> sorted(report)
+    ['default', 'not Triton', 'strict', 'strict as installed', 'strict_pointwise', 'strict_reduction']
+    >>> {name: set(grid.values()) for name, grid in report.items() if name != "strict"}["default"]
+    {False}
+    """
+    return {"strict": eligibility_grid(),
+            "not Triton": eligibility_grid(triton_device=False),
+            **{value: eligibility_grid(numerics=value)
+               for value in ("default", "strict_pointwise", "strict_reduction")},
+            "strict as installed": eligibility_grid(patch_gpu=False)}
+
+
+def config_hash_changes(value: str = "strict_reduction") -> dict[str, bool]:
+    """Whether setting Inductor's ``numerics`` to ``value`` changes ``config.get_hash()``, the
+    hash of Inductor's config that enters its FX-graph cache key, and whether ``numerics`` is
+    among the portable config ``save_config_portable`` saves.
+
+    >>> config_hash_changes()
+    {'hash_changes': True, 'hash_stable': True, 'portable': True}
+    """
+    from torch._inductor import config
+
+    before = config.get_hash()
+    with config.patch(numerics=value):
+        during = config.get_hash()
+    return {"hash_changes": before != during, "hash_stable": before == config.get_hash(),
+            "portable": "numerics" in config.save_config_portable()}
