@@ -167,8 +167,8 @@ def unsorted_ranks() -> dict[str, Any]:
 
     ``sort_ranks`` is a public parameter of ``torch.distributed.new_group``; with ``False`` the
     group keeps the caller's order.  Rank 0 holds 1.0 and rank 1 holds 100.0.  Returns the
-    group's ``ranks`` and, for ``all_reduce`` (sum), ``broadcast`` from global rank 1 and
-    ``all_gather``, each rank's result or what it raised and the function that raised it.
+    group's ``ranks`` and, for ``all_reduce`` (sum), ``broadcast`` from global rank 1, ``broadcast``
+    from the group's rank 0 (``group_src=0``) and ``all_gather``, each rank's result or what it raised and the function that raised it.
 
     >>> unsorted_ranks()["ranks"]
     [1, 0]
@@ -203,6 +203,12 @@ def unsorted_ranks() -> dict[str, Any]:
         dist.broadcast(t, src=1, group=group)
         return per_rank(t)
 
+    def broadcast_group_src():
+        # group rank 0 is global rank 1 only if the group keeps the caller's order
+        t = start()
+        dist.broadcast(t, group=group, group_src=0)
+        return per_rank(t)
+
     def all_gather():
         out = [LocalTensor({0: torch.zeros(1), 1: torch.zeros(1)}) for _ in range(2)]
         dist.all_gather(out, start(), group=group)
@@ -212,7 +218,8 @@ def unsorted_ranks() -> dict[str, Any]:
         group = dist.new_group([1, 0], sort_ranks=False)
         ranks = dist.get_process_group_ranks(group)
         results = {name: run(call) for name, call in
-                   (("all_reduce", all_reduce), ("broadcast", broadcast), ("all_gather", all_gather))}
+                   (("all_reduce", all_reduce), ("broadcast", broadcast),
+                    ("broadcast_group_src", broadcast_group_src), ("all_gather", all_gather))}
     return {"ranks": ranks, **results}
 
 
