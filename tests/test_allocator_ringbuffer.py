@@ -16,6 +16,14 @@ def _check(got: dict) -> None:
     assert got["shrink"]["asan"]["kind"] == "heap-buffer-overflow"
     assert any("insertEntries" in f for f in got["shrink"]["asan"]["frames"])
     assert got["clear"] == {"returncode": 0, "asan": None, "output": {"traces_before": 8, "traces_after": 2}}
+    # the same calls with another thread's two registrations between recordHistory's resize and its clear
+    assert got["window"]["asan"]["kind"] == "heap-buffer-overflow"
+    assert got["window"]["asan"]["access"].startswith("WRITE")
+    assert any("insertEntries" in f for f in got["window"]["asan"]["frames"])
+    window = got["recordHistory"]
+    assert window["start"] < window["set_max"] < window["clear"] < window["end"]
+    assert window["history_locks"] == ["profiling_mutex_"] and window["trace_locks"] == []
+    assert all(window["start"] < line < window["end"] for line in window["profiling_locks"])
 
 
 def test_shrink_overflows_and_clear_does_not():
