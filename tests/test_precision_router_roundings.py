@@ -3,7 +3,11 @@
 import pytest
 import torch
 
-from explainers.precision.router_roundings import rounding_sweep, router_roundings
+from explainers.precision.router_roundings import (
+    rounding_sweep,
+    router_roundings,
+    softmax_off_by_length,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -32,3 +36,14 @@ def test_sweep_aggregates_every_sample():
     assert set(s.probs_off_by_n) == {31, 32}
     assert s.probs_off_by_n[32][1] == 3 * 256 * 32
     assert s.b_off_sum_and_quotient == 0 and s.max_ulps_a < 0.501 < s.max_ulps_b
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_softmax_off_by_length_counts_every_value(dtype):
+    r = softmax_off_by_length(dtype, (1, 7, 16, 1000), values=3000)
+    assert list(r) == [1, 7, 16, 1000]
+    # at least `values` values, and at least 256 rows
+    assert [total for _, total, _ in r.values()] == [3000, 429 * 7, 256 * 16, 256 * 1000]
+    # a one-value row's softmax is exactly 1 in every dtype
+    assert r[1][0] == 0 and r[1][2] == 0.0
+    assert all(0 <= off <= total and 0 <= gap <= 1 for off, total, gap in r.values())

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from explainers.precision.router import _router_logits, _ulp, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
-__all__ = ["RouterRoundings", "router_roundings", "RoundingSweep", "rounding_sweep"]
+__all__ = ["RouterRoundings", "router_roundings", "RoundingSweep", "rounding_sweep", "softmax_off_by_length"]
 
 
 @dataclass(frozen=True)
@@ -234,3 +234,33 @@ def rounding_sweep(
         samples_a_or_b32_not_reference=sum(
             c.rows_a_not_reference + c.rows_b32_not_reference > 0 for c in comps),
     )
+
+
+def softmax_off_by_length(
+    dtype: torch.dtype,
+    lengths: Iterable[int],
+    *,
+    values: int = 2**17,
+    scale: float = 2.0,
+    seed: int = 0,
+) -> dict[int, tuple[int, int, float]]:
+    """Per row length, where ``softmax(x)`` in ``dtype`` differs from ``softmax(x.float()).to(dtype)``.
+
+    ``x`` holds at least ``values`` N(0, ``scale``²) draws rounded to
+    ``dtype``, in rows of each length (at least 256 rows).  Returns
+    ``{length: (differing values, values, largest difference in ulps of
+    dtype)}``.  Which lengths differ depends on the CPU kernels torch runs
+    (``torch.backends.cpu.get_cpu_capability()``), so the doctest shows only
+    the totals.
+
+    >>> import torch
+    >>> {n: r[1] for n, r in softmax_off_by_length(torch.float16, (8, 16), values=4096).items()}
+    {8: 4096, 16: 4096}
+    """
+    out = {}
+    for n in lengths:
+        x = _router_logits(max(256, -(-values // n)), n, scale, seed).to(dtype)
+        got, want = F.softmax(x, dim=-1), F.softmax(x.float(), dim=-1).to(dtype)
+        off = got != want
+        out[n] = (int(off.sum()), off.numel(), _largest(_gap(got, want, dtype), off))
+    return out
