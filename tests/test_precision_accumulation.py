@@ -98,7 +98,7 @@ def test_nanmean_is_nansum_divided_and_mean_is_not():
 
 
 def test_strided_bf16_nansum_stalls_and_sum_does_not():
-    from explainers.precision.nanmean import strided_ones_stall, strided_ones_sweep
+    from explainers.nansum_stall import strided_ones_stall, strided_ones_sweep
 
     (one,) = strided_ones_stall(10_000, threads=(1,))
     assert one["exact"] == 320_000 and one["float_nansum"] == 320_000.0

@@ -26,12 +26,12 @@ def test_library_message_and_fresh_python():
 
 
 def test_tf32_settings_reach_onednn_only_with_amx_fp16():
-    from explainers.precision.hardware import TF32_PROBES, cpu_features, onednn_calls
-    from explainers.precision.knob_effects import tf32_settings_bitwise
+    from explainers.precision.hardware import onednn_calls
+    from explainers.tf32_gate import TF32_PROBES, amx_fp16, tf32_settings_bitwise
 
     calls = onednn_calls(TF32_PROBES, m=32, k=64, n=32)
     assert list(calls) == list(TF32_PROBES)
     same = tf32_settings_bitwise(m=32, k=64, n=32)
     assert len(same) == 2
-    if not cpu_features()["amx_fp16"]:
+    if not amx_fp16():
         assert not any(calls.values()) and all(same.values())

@@ -1,7 +1,7 @@
 """Rule 1, defer to the hardware: what this CPU offers, and which oneDNN kernel each matmul ran.
 
 >>> sorted(cpu_features())
-['amx_fp16', 'amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+['amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ __all__ = [
     "fresh_python",
     "OneDNNCall",
     "ONEDNN_PROBES",
-    "TF32_PROBES",
     "onednn_calls",
 ]
 
@@ -34,15 +33,13 @@ def cpu_features() -> dict[str, object]:
     is the ``amx_int8`` entry of ``torch.cpu.get_capabilities()`` (on 2.14.1 and
     2.15.0), which asks cpuinfo, the library whose ``cpuinfo_has_x86_amx_int8()``
     decides ``_scaled_mm``'s oneDNN path; ``False`` where the mapping has no such
-    entry (non-x86 CPUs, which have no AMX).  ``amx_fp16`` is its ``amx_fp16`` entry,
-    cpuinfo's answer to the ``cpuinfo_has_x86_amx_fp16()`` that ``mkldnn/Matmul.cpp``'s
-    ``use_mkldnn_tf32_matmul()`` requires before a TF32 setting reaches oneDNN.  The two
+    entry (non-x86 CPUs, which have no AMX).  The two
     ``onednn_*_gate`` values are ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
     and its fp16 twin, the checks PyTorch makes before it sends bf16 (fp16)
     work to oneDNN.
 
     >>> sorted(cpu_features())
-    ['amx_fp16', 'amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
+    ['amx_int8', 'amx_tile', 'avx512_bf16', 'cpu_capability', 'onednn_bf16_gate', 'onednn_fp16_gate']
     """
     ops = torch.ops.mkldnn
     return {
@@ -50,7 +47,6 @@ def cpu_features() -> dict[str, object]:
         "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
         "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
         "amx_int8": bool(torch.cpu.get_capabilities().get("amx_int8", False)),
-        "amx_fp16": bool(torch.cpu.get_capabilities().get("amx_fp16", False)),
         "onednn_bf16_gate": bool(ops._is_mkldnn_bf16_supported()),
         "onednn_fp16_gate": bool(ops._is_mkldnn_fp16_supported()),
     }
@@ -143,17 +139,6 @@ ONEDNN_PROBES: dict[str, str] = {
     "bf16 `a @ b`": "a.bfloat16() @ b.bfloat16()",
     "bf16 `addmm(bias, a, b)`": "torch.addmm(bias.bfloat16(), a.bfloat16(), b.bfloat16())",
     "fp16 `a @ b`": "a.half() @ b.half()",
-}
-
-#: The two CPU settings that ask for TF32 in an fp32 matmul, as :func:`onednn_calls` probes.
-TF32_PROBES: dict[str, str] = {
-    "`mkldnn.matmul.fp32_precision = 'tf32'`": (
-        "torch.backends.mkldnn.matmul.fp32_precision = 'tf32'; a @ b; "
-        "torch.backends.mkldnn.matmul.fp32_precision = 'none'"
-    ),
-    "`set_float32_matmul_precision('high')`": (
-        "torch.set_float32_matmul_precision('high'); a @ b; torch.set_float32_matmul_precision('highest')"
-    ),
 }
 
 _MARK = "### probe "

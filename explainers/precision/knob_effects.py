@@ -22,7 +22,6 @@ __all__ = [
     "setter_refusals",
     "cuda_matmul_knobs_effect",
     "mkldnn_fp32_matmul_errors",
-    "tf32_settings_bitwise",
     "arithmetic_verdict",
 ]
 
@@ -256,32 +255,6 @@ def mkldnn_fp32_matmul_errors(m: int = 256, k: int = 1024, n: int = 256, seed: i
         errs["bf16 knob"] = _max_err(a @ b, ref)
     errs["bf16 inputs"] = _max_err(a.bfloat16().float() @ b.bfloat16().float(), ref)
     return errs
-
-
-def tf32_settings_bitwise(m: int = 256, k: int = 1024, n: int = 256, seed: int = 0) -> dict[str, bool]:
-    """For each CPU setting that asks for TF32: is one fp32 ``a @ b`` bit for bit what it is without it?
-
-    The settings are ``mkldnn.matmul.fp32_precision = "tf32"`` and the legacy
-    ``set_float32_matmul_precision("high")``, which writes that leaf too.  PyTorch
-    (``use_mkldnn_tf32_matmul()`` in ``mkldnn/Matmul.cpp``, 2.14.1 and 2.15.0) lets
-    either reach oneDNN only on an x86 CPU with AMX-FP16, so without it the answer is
-    ``True`` for both.
-
-    >>> sorted(tf32_settings_bitwise(m=8, k=64, n=8))
-    ["mkldnn.matmul.fp32_precision = 'tf32'", "set_float32_matmul_precision('high')"]
-    """
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g)
-    b = torch.randn(k, n, generator=g)
-    default = a @ b
-    same = {}
-    with knobs_restored():
-        torch.backends.mkldnn.matmul.fp32_precision = "tf32"
-        same["mkldnn.matmul.fp32_precision = 'tf32'"] = torch.equal(a @ b, default)
-    with knobs_restored():
-        torch.set_float32_matmul_precision("high")
-        same["set_float32_matmul_precision('high')"] = torch.equal(a @ b, default)
-    return same
 
 
 def arithmetic_verdict(err: float, fp32_err: float, bf16_err: float) -> str:
