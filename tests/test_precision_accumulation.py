@@ -95,3 +95,15 @@ def test_nanmean_is_nansum_divided_and_mean_is_not():
     assert got["nanmean_rounded_once"] < got["cases"], "a second rounding shows on some input"
     assert overflow_ones(70_000) == {"mean": 1.0, "nanmean": float("inf")}
     assert overflow_ones(60_000) == {"mean": 1.0, "nanmean": 1.0}, "below fp16's max the sum fits"
+
+
+def test_strided_bf16_nansum_stalls_and_sum_does_not():
+    from explainers.nansum_stall import strided_ones_stall, strided_ones_sweep
+
+    (one,) = strided_ones_stall(10_000, threads=(1,))
+    assert one["exact"] == 320_000 and one["float_nansum"] == 320_000.0
+    assert one["nansum"] == 8192.0, "the strided bf16 nansum stops growing at 8,192"
+    assert one["sum"] == torch.tensor(320_000.0).bfloat16().item(), "sum has the fp32 buffer: one rounding"
+    assert one["mean"] == 1.0 and one["nanmean"] < 0.03
+    small = strided_ones_sweep(rows=(4,), threads=(1,))
+    assert small[0]["rows"] == 4 and small[0]["nansum"] == small[0]["exact"] == 128, "below the stall it is exact"

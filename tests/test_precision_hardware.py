@@ -23,3 +23,15 @@ def test_library_message_and_fresh_python():
         library_message("certainly not in libtorch")
     with pytest.raises(RuntimeError, match="child Python failed"):
         fresh_python("import sys; sys.exit(3)")
+
+
+def test_tf32_settings_reach_onednn_only_with_amx_fp16():
+    from explainers.precision.hardware import onednn_calls
+    from explainers.tf32_gate import TF32_PROBES, amx_fp16, tf32_settings_bitwise
+
+    calls = onednn_calls(TF32_PROBES, m=32, k=64, n=32)
+    assert list(calls) == list(TF32_PROBES)
+    same = tf32_settings_bitwise(m=32, k=64, n=32)
+    assert len(same) == 2
+    if not amx_fp16():
+        assert not any(calls.values()) and all(same.values())
