@@ -129,15 +129,18 @@ def test_floor_cells_keep_raises_exception_tags(tmp_path):
 
 @pytest.mark.slow
 def test_simulated_mesh_walkthrough_is_far_cheaper_than_8_gloo_processes():
-    """The simulated walkthrough against the real 8-process run (torchrun, gloo), both timed here.
+    """The simulated walkthrough against the real 8-process run (torchrun, gloo), in CPU time.
 
-    The real run is launched by this test, and the simulated side is timed right
-    after it, as the page times it (torch imported, then open the world, walk,
-    close it), so both meet the same load.  The goal is a ratio of at most 0.1,
-    judged by `nox -s bench` over several runs; one pair measured on a shared
-    2-core machine straddles 0.09-0.11, so the bound allows 2x: it catches a
-    simulation that became slow, not noise.
+    The real run is launched by this test, and the simulated side is run right
+    after it, as the page runs it (torch imported, then open the world, walk,
+    close it).  Wall times depend on other jobs' load (the 8 processes and the one
+    simulation get different shares of a busy machine), so the test compares CPU
+    time: the simulation's against the real run's spread over the machine's 2
+    cores, the figure `nox -s bench` reports as the idle-machine estimate (0.089
+    there).  The bound allows about 2x: it catches a simulation that became slow,
+    not noise.
     """
+    import resource
     import time
 
     import torch  # noqa: F401 - the page's kernel has it imported
@@ -146,13 +149,17 @@ def test_simulated_mesh_walkthrough_is_far_cheaper_than_8_gloo_processes():
     from explainers.mesh.simulated import simulated_mesh
     from explainers.mesh.walkthrough import walkthrough
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     real = launch_walkthrough(15)
-    start = time.perf_counter()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    real_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    start = time.process_time()
     with simulated_mesh((2, 2, 2), ("m", "n", "k")) as mesh:
         steps = walkthrough(mesh, 15)
-    sim_s = time.perf_counter() - start
+    sim_cpu = time.process_time() - start
     assert steps == real.steps
-    assert sim_s / real.wall_s <= 0.2, f"simulated {sim_s:.2f} s vs 8 gloo processes {real.wall_s:.1f} s"
+    assert sim_cpu / (real_cpu / 2) <= 0.2, (
+        f"simulated {sim_cpu:.2f} s CPU vs 8 gloo processes {real_cpu:.1f} s CPU on 2 cores")
 
 
 @pytest.mark.slow
