@@ -4,10 +4,12 @@ Under ``numerics="strict"``, Inductor's ``sum`` (and on 2.15.0 ``prod``) lowerin
 ``torch._inductor.lowering._strict_reduction_layout_eligible`` (2.14.1:
 ``_strict_sum_layout_eligible``, sums only) whether a reduction may use Triton's
 ``ReductionOrdering.INNER_TREE``.  The check's first condition is that the installed Triton has
-that ordering (``has_triton_reduction_ordering``), and it needs a device whose scheduling
-backend is Triton (``is_triton``); neither holds without a GPU and such a Triton.
-:func:`eligibility_grid` patches exactly those two (private names in ``torch._inductor.lowering``,
-torch 2.14.1 and 2.15.0) to True, builds each input as a fake CUDA tensor under
+that ordering (``has_triton_reduction_ordering``), false with the Triton installed with either
+release; it also needs a device whose scheduling backend is Triton (``is_triton``), which for
+CUDA only reads ``config.cuda_backend`` (``"triton"`` by default) and so holds without a GPU.
+:func:`eligibility_grid` patches the first (a private name in ``torch._inductor.lowering``,
+torch 2.14.1 and 2.15.0) to True, leaves ``is_triton`` as torch wrote it (patching it to
+False only for the "not Triton" case), builds each input as a fake CUDA tensor under
 ``FakeTensorMode`` (no GPU needed), points ``V.graph.current_node`` at an FX node of the
 reduction, and calls the check: the layout conditions then run as torch wrote them.
 :func:`stated_rule` is the layout rule the Versions page states; the page asserts that the two
@@ -83,9 +85,10 @@ def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
     """Call the installed torch's INNER_TREE check on every layout of :data:`LAYOUTS` and every
     case of :data:`OTHER_CASES`, with ``config.numerics`` set to ``numerics``.
 
-    With ``patch_gpu`` (the default) Triton's ``ReductionOrdering`` reads present and
-    ``is_triton(device)`` reads ``triton_device``; without it both are torch's own (False
-    without Triton's ``ReductionOrdering``).  Runs on the CPU.
+    With ``patch_gpu`` (the default) Triton's ``ReductionOrdering`` reads present, and with
+    ``triton_device=False`` ``is_triton(device)`` reads False; otherwise both are torch's own
+    (``has_triton_reduction_ordering`` False with the installed Triton; ``is_triton`` True for
+    CUDA under the default ``cuda_backend``, with or without a GPU).  Runs on the CPU.
 
     >>> case = "(4, 8) contiguous, sum(1)"
     >>> eligibility_grid()[case], eligibility_grid(patch_gpu=False)[case]
@@ -116,8 +119,9 @@ def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
                             None if arg is None else getattr(torch, arg))
     graph = torch.fx.Graph()
     found: dict[str, bool] = {}
-    patches = ([mock.patch.object(lowering, "has_triton_reduction_ordering", lambda: True),
-                mock.patch.object(lowering, "is_triton", lambda device: triton_device)] if patch_gpu else [])
+    patches = ([mock.patch.object(lowering, "has_triton_reduction_ordering", lambda: True)] if patch_gpu else [])
+    if not triton_device:
+        patches.append(mock.patch.object(lowering, "is_triton", lambda device: False))
     for p in patches:
         p.start()
     try:
@@ -138,8 +142,9 @@ def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
 def eligibility_report() -> dict[str, dict[str, bool]]:
     """:func:`eligibility_grid` under each setting the Versions page reports, in one process.
 
-    ``"strict"`` with the GPU preconditions patched, the same with a device whose backend is not
-    Triton, the other ``numerics`` values (patched too), and ``"strict"`` as installed.
+    ``"strict"`` with Triton's ``ReductionOrdering`` patched to read present, the same with a
+    device whose backend is not Triton, the other ``numerics`` values (patched too), and
+    ``"strict"`` as installed.
 
     >>> report = eligibility_report()
     >>> sorted(report)
