@@ -183,6 +183,21 @@ CLAIM_WAIVERS = {
                             "written out beside the cell that prints them; the probe's size is glued",
     ("mesh", "16"): "the walkthrough's other input size (15 against 16 elements, a setting of the "
                     "page); the merged gather of 13 elements also happens to move 16",
+    ("collectives", "13"): "CUDA 13, the CUDA major version of the wheels' builds; the count of world "
+                           "sizes where AVG is worse also happens to be 13",
+    ("render", "10"): "the month in the cited post's address (blog.ezyang.com/2025/10/...); the sweep's "
+                      "dtype count also happens to be 10",
+    ("render", "1000"): "a threshold the sweep is run at (a setting); print's default threshold and the "
+                        "sci-mode ratio also happen to be 1000",
+    ("render", "1e8"): "numpy's rule as #12746's description quotes it; torch's sci-mode limit also "
+                       "happens to be 1e8",
+    ("router", "16"): "the logit scale σ = 16, a setting of the sweep; the row-length period also happens "
+                      "to be 16",
+    ("router", "0.5"): "the logit scale σ = 0.5, a setting of the sweep; the largest bf16 errors of A and "
+                       "B' also happen to round to 0.5 ulp",
+    ("router", "256"): "the expert count, a setting of the page (glued where the sweep reports it)",
+    ("snippets", "20000"): "the size of each extra set of random rows, a setting; the page's own sample "
+                           "also has 20000 rows",
 }
 
 
