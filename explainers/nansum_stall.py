@@ -1,4 +1,4 @@
-"""A non-contiguous bf16 ``nansum`` stalls like a bf16 running sum; ``sum`` and ``mean`` do not.
+"""A bf16 ``nansum`` over an input that does not coalesce to one dimension stalls; ``sum`` and ``mean`` do not.
 
 ``sum_out`` in ``aten/src/ATen/native/ReduceOps.cpp`` (torch 2.14.1 and 2.15.0) sums an
 input that does not coalesce to one dimension into an fp32 buffer; ``nansum_out`` has no

@@ -3,9 +3,9 @@
 Under ``numerics="strict"``, Inductor's ``sum`` (and on 2.15.0 ``prod``) lowering asks
 ``torch._inductor.lowering._strict_reduction_layout_eligible`` (2.14.1:
 ``_strict_sum_layout_eligible``, sums only) whether a reduction may use Triton's
-``ReductionOrdering.INNER_TREE``.  The check's first condition is that the installed Triton has
-that ordering (``has_triton_reduction_ordering``), false with the Triton installed with either
-release; it also needs a device whose scheduling backend is Triton (``is_triton``), which for
+``ReductionOrdering.INNER_TREE``.  One of its conditions, after its tests of the node,
+``numerics``, the target, ``dtype`` and the axis, is that the installed Triton has that ordering
+(``has_triton_reduction_ordering``), false with the Triton installed with either release; it also needs a device whose scheduling backend is Triton (``is_triton``), which for
 CUDA only reads ``config.cuda_backend`` (``"triton"`` by default) and so holds without a GPU.
 :func:`eligibility_grid` patches the first (a private name in ``torch._inductor.lowering``,
 torch 2.14.1 and 2.15.0) to True, leaves ``is_triton`` as torch wrote it (patching it to
@@ -80,18 +80,18 @@ def stated_rule(sizes: tuple[int, ...], strides: tuple[int, ...], dim: int) -> b
     return strides[dim] == 1 and all(s > 1 for _, s in outer) and collapsible
 
 
-def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
+def eligibility_grid(numerics: str = "strict", patch_triton: bool = True,
                      triton_device: bool = True) -> dict[str, bool]:
     """Call the installed torch's INNER_TREE check on every layout of :data:`LAYOUTS` and every
     case of :data:`OTHER_CASES`, with ``config.numerics`` set to ``numerics``.
 
-    With ``patch_gpu`` (the default) Triton's ``ReductionOrdering`` reads present, and with
+    With ``patch_triton`` (the default) Triton's ``ReductionOrdering`` reads present, and with
     ``triton_device=False`` ``is_triton(device)`` reads False; otherwise both are torch's own
     (``has_triton_reduction_ordering`` False with the installed Triton; ``is_triton`` True for
     CUDA under the default ``cuda_backend``, with or without a GPU).  Runs on the CPU.
 
     >>> case = "(4, 8) contiguous, sum(1)"
-    >>> eligibility_grid()[case], eligibility_grid(patch_gpu=False)[case]
+    >>> eligibility_grid()[case], eligibility_grid(patch_triton=False)[case]
     (True, False)
     >>> eligibility_grid(triton_device=False)[case]
     False
@@ -119,7 +119,7 @@ def eligibility_grid(numerics: str = "strict", patch_gpu: bool = True,
                             None if arg is None else getattr(torch, arg))
     graph = torch.fx.Graph()
     found: dict[str, bool] = {}
-    patches = ([mock.patch.object(lowering, "has_triton_reduction_ordering", lambda: True)] if patch_gpu else [])
+    patches = ([mock.patch.object(lowering, "has_triton_reduction_ordering", lambda: True)] if patch_triton else [])
     if not triton_device:
         patches.append(mock.patch.object(lowering, "is_triton", lambda device: False))
     for p in patches:
@@ -156,7 +156,7 @@ def eligibility_report() -> dict[str, dict[str, bool]]:
             "not Triton": eligibility_grid(triton_device=False),
             **{value: eligibility_grid(numerics=value)
                for value in ("default", "strict_pointwise", "strict_reduction")},
-            "strict as installed": eligibility_grid(patch_gpu=False)}
+            "strict as installed": eligibility_grid(patch_triton=False)}
 
 
 def config_hash_changes(value: str = "strict_reduction") -> dict[str, bool]:

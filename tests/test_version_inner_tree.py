@@ -18,8 +18,8 @@ def test_the_check_agrees_with_the_stated_rule_on_every_layout(release):
 
 
 @pytest.mark.parametrize("release", SUPPORTED)
-def test_without_the_gpu_preconditions_nothing_qualifies(release):
-    got = run_under(release, "explainers.version_inner_tree:eligibility_grid", patch_gpu=False)
+def test_with_the_installed_triton_nothing_qualifies(release):
+    got = run_under(release, "explainers.version_inner_tree:eligibility_grid", patch_triton=False)
     assert set(got.values()) == {False}
 
 

@@ -53,7 +53,7 @@ def _build(docs: Path, python: str, build: Path | None, identity: str) -> dict[s
     result = sitebuild.build_site(docs, python, ["-j", "1", "-q"], capture=True,
                                   skip_unchanged=identity, build=build)
     folder = build if build is not None else docs / "_build"
-    return {"ok": result.ok, "sphinx ran": not result.message.startswith("Site is up to date"),
+    return {"ok": result.ok, "sphinx ran": not result.message.startswith(sitebuild.UP_TO_DATE),
             "shows": shown_version(folder / "html" / "index.html")}
 
 

@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildResult", "FAILED", "FAILURES_ENV", "PUBLISHED", "build_site", "inputs_digest", "main",
+__all__ = ["BuildResult", "FAILED", "FAILURES_ENV", "UP_TO_DATE", "PUBLISHED", "build_site", "inputs_digest", "main",
            "sphinx_command", "tree_digest"]
 
 # What a successful build publishes from staging into `_build/`.  MyST-NB
@@ -39,6 +39,8 @@ INPUTS_FILE = "html-inputs.sha256"
 FAILURES_ENV = "TORCH_EXPLAINERS_FAILURES"
 # How a failed build's one-line verdict starts (read back by the benchmark).
 FAILED = "The docs build FAILED"
+# How the verdict starts when the gate finds no input changed (read back by tools/rebuild_rules.py).
+UP_TO_DATE = "Site is up to date"
 # A located line of Sphinx's warning file: "/abs/docs/page.md:12: WARNING: ...".
 _LOCATED = re.compile(r"^(\S+?\.(?:md|ipynb|rst))(?::\d+)?: (?:WARNING|ERROR|CRITICAL): ", re.M)
 # Never inputs: build outputs, notebook execution folders, editor and bytecode caches.
@@ -243,7 +245,7 @@ def build_site(docs: Path, python: str | os.PathLike, extra: list[str] | tuple[s
     recorded = build / INPUTS_FILE
     if (digest and (site / "index.html").is_file() and recorded.is_file()
             and recorded.read_text().strip() == digest):
-        return BuildResult(True, "", f"Site is up to date (no input changed since its build): "
+        return BuildResult(True, "", f"{UP_TO_DATE} (no input changed since its build): "
                                      f"{site / 'index.html'}")
     if staging.exists():
         shutil.rmtree(staging)
