@@ -176,12 +176,12 @@ def render(
         # so cells read as in print(tensor)): a large tensor is not upcast or copied whole.
         torch_keeps = _summary_indices(shape, edgeitems, edgeitems)[0]
         shown, gaps = _summary_indices(shape, edgeitems)
-        values = _to_numpy(values, torch_keeps)
+        values, keep = _to_numpy(values, torch_keeps)
         at = [np.searchsorted(k, s) for k, s in zip(torch_keeps, shown, strict=True)]
-        cells = _format_cells(values[np.ix_(*at)], values, opts)
+        cells = _format_cells(values[np.ix_(*at)], values, opts, keep)
     else:
-        values = _to_numpy(values)
-        cells = _format_cells(values, values, opts)
+        values, keep = _to_numpy(values)
+        cells = _format_cells(values, values, opts, keep)
     if cells.size == 0:
         return ""
     drawn = [*cells.flat, *([ELLIPSIS] if any(g is not None for g in gaps) else [])]
@@ -233,15 +233,16 @@ def _readable(tensor: Any) -> Any:
     return t
 
 
-def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> np.ndarray:
-    """``values`` (from :func:`_readable`) as numpy, only the indices ``keeps`` of each dim.
+def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, Any]:
+    """``values`` (from :func:`_readable`) as numpy, only the indices ``keeps`` of each dim, and
+    which of them print's float format decides over where float64 would pick others (else None).
 
     Cut first, so only kept elements are upcast (bfloat16, float8 to float32; complex32 to
     complex64: exact) and copied to host: every block of kept indices is a ``narrow`` view (of a
     conjugate or negative view too), resolved alone and joined with ``cat``, much as torch's
     ``get_summarized_data`` does; ``index_select`` would first resolve such a view whole."""
     if isinstance(values, np.ndarray):
-        return values[np.ix_(*keeps)] if keeps else values
+        return (values[np.ix_(*keeps)] if keeps else values), None
     import torch
 
     half = values.dtype == torch.complex32  # joined as its int32 bits: most ops warn on it
@@ -254,20 +255,25 @@ def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> np.ndar
         return torch.cat([cut(t.narrow(d, int(r[0]), len(r)), d + 1) for r in runs], d)
 
     t = (cut(values, 0).view(torch.complex32) if half else cut(values, 0)) if keeps else values
+    keep = None
     # torch 2.14.1/2.15.0 print this packed dtype (no casts) as its uint8 bytes; getattr: older torch.
     if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
         t = t.view(torch.uint8).float()
     elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        if t.dtype == getattr(torch, "float8_e8m0fnu", None):
+            # print (2.14.1, 2.15.0) selects this dtype's values in the dtype itself, where they
+            # differ from float64: byte 0 (2**-127) equals 0, and 2.14.1's isfinite passes NaN.
+            keep = (torch.isfinite(t) & t.ne(0)).cpu().numpy()
         t = t.float()
     elif t.is_complex() and t.dtype not in (torch.complex64, torch.complex128):
         t = t.to(torch.complex64)
-    return t.cpu().resolve_conj().resolve_neg().numpy()
+    return t.cpu().resolve_conj().resolve_neg().numpy(), keep
 
 
 # -- formatting: the rule of torch's printer -------------------------------------------
 
 
-def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
+def _float_format(values: Any, opts: dict[str, Any], keep: Any = None) -> Callable[[float], str]:
     """One format for all the floats of a tensor, chosen the way ``print(tensor)`` chooses it.
 
     A copy (not a call) of the rule of the private ``torch._tensor_str._Formatter`` in torch
@@ -275,10 +281,15 @@ def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     finite values, *int mode* holds when all are integral, *sci mode* by :data:`SCI_MODE_LIMITS`
     unless ``opts["sci_mode"]`` is set.  Sci mode, tested first, writes ``precision`` digits
     after the point in ``e`` notation; int mode the integer and a ``.``; else ``precision`` decimals.
+    ``keep``, a boolean mask like ``values``, replaces float64's choice of the nonzero finite values.
     """
     precision = opts["precision"]
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    nonzero_finite = flat[np.isfinite(flat) & (flat != 0)]
+    # A signalling NaN (float8_e8m0fnu's NaN converts to one, 0x7f800001, in torch 2.14.1 and
+    # 2.15.0) sets numpy's invalid flag when cast; print writes it as nan without a warning.
+    with np.errstate(invalid="ignore"):
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    chosen = np.isfinite(flat) & (flat != 0) if keep is None else np.asarray(keep, dtype=bool).reshape(-1)
+    nonzero_finite = flat[chosen]
     int_mode, sci_mode = True, False
     if nonzero_finite.size:  # torch keeps both defaults when there is no such value
         int_mode = bool(np.all(nonzero_finite == np.ceil(nonzero_finite)))
@@ -300,12 +311,13 @@ def _float_format(values: Any, opts: dict[str, Any]) -> Callable[[float], str]:
     return fmt
 
 
-def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any]) -> np.ndarray:
-    """Format ``shown`` with the float format chosen over ``decide`` (a superset of it)."""
+def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any], keep: Any = None) -> np.ndarray:
+    """Format ``shown`` with the float format chosen over ``decide`` (a superset of it; ``keep``
+    as in :func:`_float_format`)."""
     flat = shown.reshape(-1).tolist()
     kind = shown.dtype.kind
     if kind == "f":
-        fmt = _float_format(decide, opts)
+        fmt = _float_format(decide, opts, keep)
         text = [fmt(v) for v in flat]
     elif kind == "c":
         # torch formats the real and the imaginary parts with one format each.
