@@ -61,11 +61,10 @@ OTHER_CASES: dict[str, tuple[str, str, list[int], str | None]] = {
 def stated_rule(sizes: tuple[int, ...], strides: tuple[int, ...], dim: int) -> bool:
     """The layout rule as the Versions page states it, for a reduction over ``dim``.
 
-    The other dimensions of size above 1 must collapse into one (each one's stride is the next
-    one's stride times its size).  If the reduced dimension has more than one element, it must
-    have stride 1 and each of those other dimensions a stride above 1; if it has one element,
-    the innermost of those others must have stride 1 (with none, every stride is 0 or 1 and the
-    first is 1).
+    The other dimensions of a size other than 1 must collapse into one (each one's stride is the
+    next one's stride times its size).  If the reduced dimension's size is not 1, it must have
+    stride 1 and each of those other dimensions a stride above 1; if it is 1, the innermost of
+    those others must have stride 1 (with none, every stride is 0 or 1 and the first is 1).
 
     >>> stated_rule((2, 3, 4), (12, 4, 1), 2), stated_rule((3, 2, 4), (4, 12, 1), 2)
     (True, False)

@@ -89,7 +89,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "default and strict",
                "turns it on, and neither TORCHINDUCTOR_EMULATE_PRECISION_CASTS nor "
                "config.patch(emulate_precision_casts=False) turns it off while strict is set; adds the values strict_pointwise (implies the flags) and "
-               "strict_reduction (no effect)"),
+               "strict_reduction (implies no flag, and no reader of numerics tests for it)"),
     Difference("versions", "versions-numerics",
                "The reductions Inductor's INNER_TREE check accepts under numerics=strict, over one "
                "dimension (read from the source; as installed, neither release's Triton has "
