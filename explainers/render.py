@@ -260,10 +260,8 @@ def _to_numpy(values: Any, keeps: Sequence[np.ndarray] | None = None) -> tuple[n
     if t.dtype == getattr(torch, "float4_e2m1fn_x2", None):
         t = t.view(torch.uint8).float()
     elif t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
-        if t.dtype == getattr(torch, "float8_e8m0fnu", None):
-            # print (2.14.1, 2.15.0) selects this dtype's values in the dtype itself, where they
-            # differ from float64: byte 0 (2**-127) equals 0, and 2.14.1's isfinite passes NaN.
-            keep = (torch.isfinite(t) & t.ne(0)).cpu().numpy()
+        if t.dtype == getattr(torch, "float8_e8m0fnu", None):  # print (2.14.1, 2.15.0) picks its
+            keep = (torch.isfinite(t) & t.ne(0)).cpu().numpy()  # values in it: byte 0 == 0 there
         t = t.float()
     elif t.is_complex() and t.dtype not in (torch.complex64, torch.complex128):
         t = t.to(torch.complex64)
@@ -322,10 +320,8 @@ def _format_cells(shown: np.ndarray, decide: np.ndarray, opts: dict[str, Any], k
     elif kind == "c":
         # torch formats the real and the imaginary parts with one format each.
         real, imag = _float_format(decide.real, opts), _float_format(decide.imag, opts)
-        text = []
-        for z in flat:
-            im = imag(z.imag) + "j"
-            text.append(real(z.real) + (im if im[0] in "+-" else "+" + im))
+        ims = [imag(z.imag) + "j" for z in flat]
+        text = [real(z.real) + (im if im[0] in "+-" else "+" + im) for z, im in zip(flat, ims, strict=True)]
     elif kind == "O":
         # Mixed data (numbers padded with a marker string): strings as they are, and the
         # floats among the numbers share one format, as in a float tensor.
@@ -353,12 +349,9 @@ def _summary_indices(
     keep, gaps = [], []
     for d, n in enumerate(shape):
         ends = edgeitems if d >= len(shape) - 2 else outer
-        if n > 2 * ends:
-            keep.append(np.r_[0:ends, n - ends : n])
-            gaps.append(ends)
-        else:
-            keep.append(np.arange(n))
-            gaps.append(None)
+        cut = n > 2 * ends
+        keep.append(np.r_[0:ends, n - ends : n] if cut else np.arange(n))
+        gaps.append(ends if cut else None)
     return keep, tuple(gaps)
 
 
@@ -366,10 +359,8 @@ def _summary_indices(
 
 
 def _layout(cells: np.ndarray, width: int, gaps: tuple[int | None, ...]) -> list[str]:
-    """Lines of the drawing of ``cells``; axis 0 of an N-D array is dim -N, the outermost.
-
-    ``gaps[d]`` is where the ``...`` of a summarized axis ``d`` goes, or ``None``.
-    """
+    """Lines of the drawing of ``cells``; axis 0 of an N-D array is dim -N, the outermost;
+    ``gaps[d]`` is where the ``...`` of a summarized axis ``d`` goes, or ``None``."""
     if cells.ndim == 0:
         return [cells.item().rjust(width)]
     k = cells.ndim - 1  # this axis is dim -(k + 1)
@@ -386,9 +377,7 @@ def _layout(cells: np.ndarray, width: int, gaps: tuple[int | None, ...]) -> list
     return _join_vertical(parts, rules=(k - 3) // 2)
 
 
-def _ellipsis_block(
-    shape: tuple[int, ...], gaps: tuple[int | None, ...], width: int, across: bool
-) -> list[str]:
+def _ellipsis_block(shape: tuple[int, ...], gaps: tuple[int | None, ...], width: int, across: bool) -> list[str]:
     """The ``...`` for omitted blocks of the given shape: between side-by-side blocks one cell
     wide and a block tall, between stacked blocks one cell tall and a block wide."""
     m = len(shape)
@@ -403,18 +392,14 @@ def _join_horizontal(blocks: list[list[str]], sep: str) -> list[str]:
     height = max(len(b) for b in blocks)
     widths = [max(len(line) for line in b) for b in blocks]
     padded = [b + [""] * (height - len(b)) for b in blocks]
-    return [sep.join(b[i].ljust(w) for b, w in zip(padded, widths, strict=True))
-            for i in range(height)]
+    return [sep.join(b[i].ljust(w) for b, w in zip(padded, widths, strict=True)) for i in range(height)]
 
 
 def _join_vertical(blocks: list[list[str]], rules: int) -> list[str]:
     # rules == 0: a blank line between blocks; otherwise that many dash lines.
     width = max(len(line) for b in blocks for line in b)
     sep = [""] if rules == 0 else ["-" * width] * rules
-    out: list[str] = list(blocks[0])
-    for b in blocks[1:]:
-        out += sep + b
-    return out
+    return [*blocks[0], *(line for b in blocks[1:] for line in sep + b)]
 
 
 if __name__ == "__main__":
