@@ -71,8 +71,9 @@ def write_markdown(path: Path, figs: Sequence[Figure], sections: dict[str, str],
         "# Benchmark results",
         "",
         "Written by `nox -s bench` (`python -m bench`); do not edit by hand. Every figure is the "
-        f"median of {meta.get('runs', '?')} runs with min and max, measured side by side in one "
-        + ("session" if "sessions merged" not in meta else
+        + (f"median of {meta.get('runs', '?')} runs with min and max, measured side by side in one session"
+           if "sessions merged" not in meta else
+           f"median of its runs ({meta.get('runs', '?')}) with min and max, measured side by side in one "
            f"session per group ({meta['sessions merged']} sessions merged)")
         + "; ratios are taken run by run, so both sides of a ratio saw the same machine load.",
         "",

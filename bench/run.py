@@ -48,7 +48,7 @@ def load_note(start: str, cores: int) -> str:
     The load during the run is mostly the benchmark's own (parallel builds, 8 ranks), so
     only the load at the start tells whether other jobs shared the machine.
 
-    >>> load_note("7.4 / 7.7 / 7.1", 2).startswith("this machine was shared")
+    >>> load_note("7.4 / 7.7 / 7.1", 2).startswith("this machine was busy")
     True
     >>> load_note("1.1 / 1.9 / 1.6", 2).startswith("the machine was not saturated")
     True
@@ -58,9 +58,9 @@ def load_note(start: str, cores: int) -> str:
     except ValueError:
         return "the load average could not be read: judge absolute times by the CPU-time column"
     if one_minute >= cores:
-        return (f"this machine was shared with other heavy jobs (load {one_minute:.1f} on {cores} "
-                "cores at the start): absolute times are inflated and noisy; ratios, CPU times "
-                "and the executed-page sets are the stable figures")
+        return (f"this machine was busy at the start (load {one_minute:.1f} on {cores} cores: other "
+                "jobs, or the tail of an earlier benchmark session): absolute times are inflated and noisy; "
+                "ratios, CPU times and the executed-page sets are the stable figures")
     return (f"the machine was not saturated at the start (load {one_minute:.1f} on {cores} cores); "
             "the load at the end is the benchmark's own work (parallel builds, 8-rank launches)")
 
@@ -79,7 +79,11 @@ def merge_runs(runs: list[dict]) -> dict:
     >>> [(f["key"], f["samples"]) for f in m["figures"]], m["notes"], m["meta"]["date"]
     ([('cold', [1]), ('import_torch', [2])], ['n1', 'n2'], 'd1; d2')
     >>> m["meta"]["bench wall time"], m["meta"]["load average at start (1/5/15 min)"]
-    ('12.5 min (2 runs)', '1.0 / 1 / 1; 0.5 / 1 / 1')
+    ('12.5 min (2 sessions)', '1.0 / 1 / 1; 0.5 / 1 / 1')
+    >>> c = {**b, "meta": {**b["meta"], "runs": "1", "groups measured": "site, weight"}}
+    >>> m = merge_runs([{**a, "meta": {**a["meta"], "runs": "3", "groups measured": "import"}}, c])
+    >>> m["meta"]["runs"], m["meta"]["groups measured"]
+    ('3 runs for import; 1 run for site, weight', 'import, site, weight')
     >>> merge_runs([a, {**b, "meta": {**b["meta"], "commit": "def"}}])
     Traceback (most recent call last):
     ...
@@ -102,13 +106,26 @@ def merge_runs(runs: list[dict]) -> dict:
         experiments = r.get("experiments") or experiments
     meta = dict(runs[0]["meta"])
     if len(runs) > 1:
-        for key in ("date", "load average at start (1/5/15 min)", "load average at end", "note"):
+        for key in ("date", "load average at start (1/5/15 min)", "load average at end"):
             values = [r["meta"][key] for r in runs if key in r["meta"]]
             if values:
                 meta[key] = "; ".join(values)
+        # each session's load note, worded by this code (a stored note keeps an older wording)
+        starts = [r["meta"]["load average at start (1/5/15 min)"] for r in runs
+                  if "load average at start (1/5/15 min)" in r["meta"]]
+        if starts:
+            meta["note"] = "; ".join(f"session {i}: {load_note(x, os.cpu_count() or 1)}"
+                                     for i, x in enumerate(starts, 1))
         minutes = sum(float(r["meta"].get("bench wall time", "0 min").split()[0]) for r in runs)
-        meta["bench wall time"] = f"{minutes:.1f} min ({len(runs)} runs)"
+        meta["bench wall time"] = f"{minutes:.1f} min ({len(runs)} sessions)"
         meta["sessions merged"] = str(len(runs))
+        # each session has its own runs per figure and its own groups: say which is which
+        groups = [r["meta"].get("groups measured", "") for r in runs]
+        counts = [r["meta"].get("runs", "?") for r in runs]
+        meta["runs"] = "; ".join(f"{n} run{'' if n == '1' else 's'} for {g or 'the groups run'}"
+                                 for n, g in zip(counts, groups, strict=True))
+        meta["groups measured"] = ", ".join(dict.fromkeys(x.strip() for g in groups for x in g.split(",")
+                                                          if x.strip()))
     return {"meta": meta, "figures": list(figures.values()), "experiments": experiments, "pages": pages,
             "notes": notes, "docnames": docnames}
 
