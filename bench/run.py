@@ -21,6 +21,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -224,6 +225,49 @@ def experiments_section(experiments: list[Figure], figs: list[Figure], ctx: F.Co
     return "\n".join(lines)
 
 
+def _executed_and_expected(detail: str) -> tuple[list[str], list[str]]:
+    """The pages an edit figure's ``detail`` says executed, and those it expected.
+
+    >>> _executed_and_expected("executed: render, versions (EXPECTED render) (in at least one run)")
+    (['render', 'versions'], ['render'])
+    >>> _executed_and_expected("executed: mesh (as expected)")
+    (['mesh'], ['mesh'])
+    """
+    got = re.match(r"executed: ([\w, ]+?) \(", detail)
+    executed = [p.strip() for p in got.group(1).split(",") if p.strip() != "none"] if got else []
+    wanted = re.search(r"\(EXPECTED ([\w, ]+?)\)", detail)
+    return executed, ([p.strip() for p in wanted.group(1).split(",") if p.strip() != "none"]
+                      if wanted else executed)
+
+
+def _rebuild_why(f: Figure, execd: dict[str, list[float]], cpu: str) -> tuple[str, str]:
+    """Why a page or module edit missed, from what executed; and what would change it.
+
+    >>> f = Figure("edit_page", "x", "s")
+    >>> f.detail = "executed: render, versions (EXPECTED render) (in at least one run)"
+    >>> why, fix = _rebuild_why(f, {"versions": [90.0]}, "")
+    >>> why.split(";")[0]
+    'Besides the pages the edit reaches, `versions` (90.0 s of execution in the cold build) executed'
+    """
+    executed, wanted = _executed_and_expected(f.detail)
+    extra = [p for p in executed if p not in wanted]
+    if not extra:
+        return (f"Only the pages the edit reaches executed (checked above); how the time{cpu} divides "
+                "between them and the build around them (starting `nox` and Sphinx, reading and writing "
+                "pages, staging the site) is not isolated here.",
+                "Compare the CPU-time column on a quiet machine before changing anything.")
+    times = ", ".join(f"`{p}`" + (f" ({fmt(statistics.median(execd[p]), 's')} of execution in the cold build)"
+                                  if execd.get(p) else "") for p in extra)
+    why = (f"Besides the pages the edit reaches, {times} executed; "
+           "`docs/_ext/release_records.py` names `versions` and `verification` outdated on every build that "
+           "runs Sphinx, and their front matter forces execution (`execution_mode: force`), so every edit "
+           f"pays for them. How the time{cpu} divides between the executed pages and Sphinx is not isolated here.")
+    fix = ("Key those pages' execution on what they report (the other releases' build records, the build's "
+           "environment) instead of forcing it, so an edit that changes neither leaves them cached; "
+           "then measure again.")
+    return why, fix
+
+
 def diagnose(figs: list[Figure], ctx: F.Context) -> str:
     """For every missed goal: why, from the measurements, and what would fix it."""
     k = _by_key(figs)
@@ -265,16 +309,7 @@ def diagnose(figs: list[Figure], ctx: F.Context) -> str:
                        f"`nox` and hashing `docs/` and `explainers/`{cpu}.")
                 fix = "Load on the machine is the only remaining cost; compare the CPU-time column."
             else:
-                why = ("Only the edited page executes (checked above), and its execution is subtracted; "
-                       f"what remains is fixed cost{cpu}, which an idle machine pays in about "
-                       "the same wall time: starting Python and `nox`, importing Sphinx, MyST-NB (which "
-                       "imports jupyter-cache and SQLAlchemy) and the theme (2 to 2.5 s of CPU on its "
-                       "own), re-reading `verification` (MyST-NB re-reads the page that holds the "
-                       "`nb-exec-table` on every build, to keep the table current), writing pages and "
-                       "the search index, and `nox -s docs` copying the last good site into staging.")
-                fix = ("Nothing in this project's code: a no-change rebuild already skips Sphinx "
-                       "(`tools/sitebuild.py`'s `inputs_digest`), but a changed input must re-run it, and "
-                       "Sphinx's fixed cost is what exceeds the budget on this machine.")
+                why, fix = _rebuild_why(f, execd, cpu)
         elif f.key.startswith("weight:"):
             heaviest = f.detail.split("heaviest: ")[-1]
             if "fontawesome.js" in heaviest:
