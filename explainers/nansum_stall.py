@@ -16,7 +16,7 @@ import torch
 
 from explainers.precision.threads import num_threads
 
-__all__ = ["strided_ones_stall", "strided_ones_sweep"]
+__all__ = ["stall_by_width", "strided_ones_stall", "strided_ones_sweep"]
 
 
 def strided_ones_stall(rows: int = 100_000, threads: Sequence[int] = (1, 2)) -> list[dict[str, float]]:
@@ -48,3 +48,23 @@ def strided_ones_sweep(rows: Sequence[int] = (1_000, 10_000, 100_000),
     [(8, 1, 256.0), (16, 1, 512.0)]
     """
     return [dict(r, rows=n) for n in rows for r in strided_ones_stall(n, threads)]
+
+
+def stall_by_width(widths: Sequence[int] = (4, 8, 16, 32, 48, 64, 100), rows: int = 200_000) -> list[dict[str, float]]:
+    """One-thread ``nansum`` of ``torch.ones(rows, 2 * width, dtype=torch.bfloat16)[:, :width]`` per width.
+
+    Each entry has the ``width``, the ``exact`` sum, the ``nansum`` and ``pow2``, the
+    smallest power of two at or above ``256 * width``: the first total at which bf16's
+    spacing (8 significant bits) is at least twice the width, so that adding ``width``
+    to it in bf16 gives it back.
+
+    >>> [(r["width"], r["nansum"], r["pow2"]) for r in stall_by_width((4, 6), rows=2_000)]
+    [(4, 1024.0, 1024), (6, 2048.0, 2048)]
+    """
+    out = []
+    with num_threads(1):
+        for w in widths:
+            x = torch.ones(rows, 2 * w, dtype=torch.bfloat16)[:, :w]
+            out.append({"width": w, "exact": rows * w, "nansum": x.nansum().item(),
+                        "pow2": 1 << (256 * w - 1).bit_length()})
+    return out

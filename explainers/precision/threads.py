@@ -31,6 +31,7 @@ from explainers.precision.accumulation import (
 )
 
 __all__ = [
+    "COALESCING_VIEWS",
     "LAYOUTS",
     "num_threads",
     "layout_data",
@@ -42,6 +43,10 @@ __all__ = [
 
 #: How the reduced values are laid out in memory.
 LAYOUTS = ("contiguous", "strided")
+
+#: Non-contiguous views that still coalesce to one dimension (:func:`layout_data` only):
+#: every second element of a 1-D tensor, and the transpose of a contiguous matrix.
+COALESCING_VIEWS = ("every_second", "transposed")
 
 # The strided layout: the first half of each row of a (rows, 2 * _COLS) tensor, so the
 # input cannot be coalesced to one dimension.
@@ -82,14 +87,20 @@ def layout_data(n: int, dtype: torch.dtype, layout: str, seed: int) -> torch.Ten
     ((2, 32), False, torch.bfloat16)
     >>> layout_data(64, torch.bfloat16, "contiguous", 0).is_contiguous()
     True
+    >>> [tuple(layout_data(64, torch.bfloat16, v, 0).stride()) for v in COALESCING_VIEWS]
+    [(2,), (1, 2)]
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout not in LAYOUTS + COALESCING_VIEWS:
+        raise ValueError(f"layout must be one of {LAYOUTS + COALESCING_VIEWS}, got {layout!r}")
     if n < _COLS or n % _COLS:
         raise ValueError(f"n must be a positive multiple of {_COLS}, got {n}")
     g = torch.Generator().manual_seed(seed)
     if layout == "contiguous":
         return torch.rand(n, generator=g, dtype=torch.float64).to(dtype)
+    if layout == "every_second":
+        return torch.rand(2 * n, generator=g, dtype=torch.float64).to(dtype)[::2]
+    if layout == "transposed":
+        return torch.rand(_COLS, n // _COLS, generator=g, dtype=torch.float64).to(dtype).t()
     base = torch.rand(n // _COLS, 2 * _COLS, generator=g, dtype=torch.float64).to(dtype)
     return base[:, :_COLS]
 
@@ -134,7 +145,8 @@ def thread_partials(
         for seed in range(trials):
             x = layout_data(n, dtype, layout, seed)
             got = getattr(x, op)()
-            f = x.float().flatten()  # memory order for both layouts: the view's rows in order
+            # the values in memory order (a transposed view's memory order is its transpose's)
+            f = (x.t() if layout == "transposed" else x).float().flatten()
             once += bool(got == (f.sum() if op == "sum" else f.sum() / n).to(dtype))
             parts = torch.stack([c.sum().to(dtype) for c in f.split(chunk)])
             partials += bool(got == parts.float().sum().to(dtype))
