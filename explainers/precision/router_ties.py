@@ -15,6 +15,7 @@ equal values, so ``topk`` sees another pattern of comparisons than A does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -179,17 +180,25 @@ class Fp32Merges:
     b32_misses_tied_at_k: int
     #: tokens where B′ keeps an expert whose logit is below the k-th largest logit
     b32_not_top_k: int
+    #: tokens whose logits span more than -ln(fp32's smallest normal): some exp of a gap is subnormal
+    rows_past_normal: int = 0
+    #: the smallest span (largest logit minus smallest) among the merged rows; None when none merged
+    min_merged_span: float | None = None
 
 
 def fp32_softmax_merges(dtype: torch.dtype, scale: float, *, tokens: int = 2048, n_experts: int = 256,
                         k: int = 8, seed: int = 0) -> Fp32Merges:
     """Count rows where ``softmax(logits, dtype=float32)`` merges distinct logits, and B′'s misses.
 
-    Once a row's logits span more than about 87, fp32 ``exp`` of the
-    difference underflows to subnormals and zero, and distinct logits meet.
+    Once a row's logits span more than about 87.3 (-ln of fp32's smallest
+    normal), fp32 ``exp`` of the largest gap is subnormal, with fewer
+    significant bits the larger the gap, and past about 104.0 it is zero; the
+    result reports how many rows span that far and the smallest span of a
+    merged row.
 
-    >>> fp32_softmax_merges(torch.bfloat16, 1.0, tokens=64, n_experts=16, k=4)
-    Fp32Merges(scale=1.0, tokens=64, merged_rows=0, b32_not_reference=0, b32_misses_tied_at_k=0, b32_not_top_k=0)
+    >>> fp32_softmax_merges(torch.bfloat16, 1.0, tokens=64, n_experts=16, k=4)  # doctest: +NORMALIZE_WHITESPACE
+    Fp32Merges(scale=1.0, tokens=64, merged_rows=0, b32_not_reference=0, b32_misses_tied_at_k=0, b32_not_top_k=0,
+               rows_past_normal=0, min_merged_span=None)
     """
     logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
@@ -199,9 +208,12 @@ def fp32_softmax_merges(dtype: torch.dtype, scale: float, *, tokens: int = 2048,
     miss = (_sets(ic) != _sets(ir)).any(dim=-1)
     ranked = logits.sort(dim=-1, descending=True).values
     tied = ranked[:, k - 1] == ranked[:, k]
+    span = (ranked[:, 0] - ranked[:, -1]).double()
     return Fp32Merges(scale=scale, tokens=tokens, merged_rows=int(merged.sum()),
                       b32_not_reference=int(miss.sum()), b32_misses_tied_at_k=int((miss & tied).sum()),
-                      b32_not_top_k=int((logits.gather(-1, ic) < ranked[:, k - 1:k]).any(dim=-1).sum()))
+                      b32_not_top_k=int((logits.gather(-1, ic) < ranked[:, k - 1:k]).any(dim=-1).sum()),
+                      rows_past_normal=int((span > -math.log(torch.finfo(torch.float32).tiny)).sum()),
+                      min_merged_span=float(span[merged].min()) if merged.any() else None)
 
 
 def round_significand(x: torch.Tensor, bits: int) -> torch.Tensor:
