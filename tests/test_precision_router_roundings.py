@@ -47,3 +47,27 @@ def test_softmax_off_by_length_counts_every_value(dtype):
     # a one-value row's softmax is exactly 1 in every dtype
     assert r[1][0] == 0 and r[1][2] == 0.0
     assert all(0 <= off <= total and 0 <= gap <= 1 for off, total, gap in r.values())
+
+
+def test_short_row_softmax_is_the_kernel_below_one_vector_and_needs_libm_expf():
+    import torch
+
+    from explainers.softmax_tail import fp32_lanes, short_row_softmax, short_rows_off
+
+    for dtype in (torch.bfloat16, torch.float16):
+        off = short_rows_off(dtype, range(1, fp32_lanes()), rows=2048)
+        assert all(o == 0 for o, _ in off.values()), (dtype, off)
+    # the ablation: Sleef's vectorised exp in step 2 instead of the C library's expf
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2**16, 7, generator=g) * 2).to(torch.float16)
+    assert (short_row_softmax(x, exp=torch.exp) != torch.softmax(x, dim=-1)).any()
+
+
+def test_at_capability_runs_the_target_at_the_forced_capability():
+    import pytest
+
+    from explainers.softmax_tail import at_capability
+
+    assert at_capability("avx2", "explainers.softmax_tail:fp32_lanes") == 8
+    with pytest.raises(ValueError, match="explainers.<module>:<function>"):
+        at_capability("avx2", "os.path:join")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from explainers.precision.router import _router_logits, _ulp, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
+from explainers.softmax_tail import at_capability
 
 __all__ = ["RouterRoundings", "router_roundings", "RoundingSweep", "rounding_sweep", "softmax_off_by_length"]
 
@@ -266,34 +267,23 @@ def softmax_off_by_length(
     return out
 
 
+def _agreeing_here(dtype: str, lengths: list[int], values: int, scale: float, seed: int) -> list:
+    r = softmax_off_by_length(getattr(torch, dtype), lengths, values=values, scale=scale, seed=seed)
+    return [torch.backends.cpu.get_cpu_capability(), [n for n, v in r.items() if v[0] == 0]]
+
+
 def agreeing_lengths_at(capability: str, dtype: str, lengths: Iterable[int], *, values: int = 2**16,
                         scale: float = 2.0, seed: int = 0) -> tuple[str, list[int]]:
     """:func:`softmax_off_by_length` in a fresh interpreter whose ATen kernels run at ``capability``.
 
     ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``, ...) is read
-    once, when torch loads, so each capability needs its own process.
+    once per process (:func:`explainers.softmax_tail.at_capability`).
     Returns the capability torch reports there and the lengths at which the
     ``dtype`` softmax equals the fp32 one rounded once.
 
     >>> agreeing_lengths_at("default", "float16", (8, 16), values=4096)
     ('DEFAULT', [8, 16])
     """
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = ("import json, sys, torch\n"
-            "from explainers.precision.router_roundings import softmax_off_by_length\n"
-            "a = json.loads(sys.argv[1])\n"
-            "r = softmax_off_by_length(getattr(torch, a['dtype']), a['lengths'], values=a['values'],"
-            " scale=a['scale'], seed=a['seed'])\n"
-            "print(json.dumps([torch.backends.cpu.get_cpu_capability(), [n for n, v in r.items() if v[0] == 0]]))\n")
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability,
-           "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-    args = json.dumps({"dtype": dtype, "lengths": list(lengths), "values": values, "scale": scale, "seed": seed})
-    out = subprocess.run([sys.executable, "-c", code, args], env=env, capture_output=True, text=True, check=True)
-    reported, agree = json.loads(out.stdout.strip().splitlines()[-1])
+    reported, agree = at_capability(capability, "explainers.precision.router_roundings:_agreeing_here", dtype=dtype,
+                                    lengths=list(lengths), values=values, scale=scale, seed=seed)
     return reported, agree
