@@ -14,18 +14,10 @@ DTensor makes the cuts.
 
 from __future__ import annotations
 
+# torch.chunk's rule on a list, empty pieces appended (the mesh page's own uneven-size table uses it too)
+from explainers.mesh.strided import _chunks
+
 __all__ = ["distribute_model", "nested_model"]
-
-
-def _chunks(values: list, parts: int) -> list[list]:
-    """``torch.chunk`` of a list into ``parts`` pieces, empty pieces appended.
-
-    >>> _chunks([0, 1, 2, 3, 4], 4)
-    [[0, 1], [2, 3], [4], []]
-    """
-    size = -(-len(values) // parts) if values else 0
-    pieces = [values[i:i + size] for i in range(0, len(values), size)] if size else []
-    return pieces + [[] for _ in range(parts - len(pieces))]
 
 
 def distribute_model(numel: int, dp: int = 4, tp: int = 2) -> dict[int, list[int]]:

@@ -88,3 +88,13 @@ def test_fragment_as_written_fails_in_unshard_n_on_real_gloo():
     assert all(max(lines) >= 3 for lines in run.started.values())
     save_verbatim(run, 15)
     assert real_verbatim(15).started == run.started
+
+
+def test_fsdp2_over_tp_on_gloo_holds_the_nested_layout_for_uneven_rows():
+    from explainers.fsdp_tp_real import launch_fsdp_tp
+    from explainers.strided_model import distribute_model, nested_model
+
+    real = launch_fsdp_tp([9, 16], timeout=420)
+    assert real[9] == nested_model(9) != distribute_model(9)
+    assert real[16] == nested_model(16) == distribute_model(16)
+    assert sorted(v for rows in real[9].values() for v in rows) == list(range(9)), "every row on one rank"
