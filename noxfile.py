@@ -249,8 +249,10 @@ def ensure_programs(session: nox.Session, programs: tuple[str, ...]) -> None:
         session.error(f"missing system packages: {' '.join(packages)}. Install them with:\n"
                       f"    {prerequisites.install_line(packages)}")
     session.log(f"Installing {' '.join(packages)} with apt-get (missing from this machine)")
-    session.run("apt-get", "update", "-qq", external=True)
-    session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages, external=True,
+    # wait for dpkg's lock (another apt-get, such as a second checkout's nox, may hold it) instead of failing
+    lock = ("-o", "DPkg::Lock::Timeout=600")
+    session.run("apt-get", *lock, "update", "-qq", external=True)
+    session.run("apt-get", *lock, "install", "-y", "-qq", "--no-install-recommends", *packages, external=True,
                 env={"DEBIAN_FRONTEND": "noninteractive"})
 
 
