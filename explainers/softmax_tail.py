@@ -26,17 +26,21 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["at_capability", "fp32_lanes", "libm_expf", "one_rounding_off", "short_row_softmax", "short_rows_off"]
+__all__ = ["at_capability", "fp32_lanes", "libm_expf", "one_rounding_off", "short_row_softmax", "short_rows_off",
+           "sleef_expf16"]
 
 _LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
 _LIBM.expf.restype = ctypes.c_float
@@ -67,11 +71,63 @@ def libm_expf(x: torch.Tensor) -> torch.Tensor:
     return torch.tensor([_LIBM.expf(v) for v in x.flatten().tolist()], dtype=torch.float32).reshape(x.shape)
 
 
+# Sleef_expf16_u10 takes and returns a __m512 in a register, which ctypes cannot pass: a
+# three-line C++ shim, compiled once with g++, calls it over an array, 16 values at a time.
+_SHIM = r"""
+#include <immintrin.h>
+#include <stdint.h>
+typedef __m512 (*exp16_t)(__m512);
+extern "C" void exp16_all(void *fn, const float *in, float *out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(out + i, ((exp16_t)fn)(_mm512_loadu_ps(in + i)));
+}
+"""
+
+
+def _shim() -> ctypes.CDLL:
+    from explainers.releases import cache_root
+
+    so = cache_root() / "sleef-shim" / f"exp16-{hashlib.sha256(_SHIM.encode()).hexdigest()[:12]}.so"
+    if not so.exists():
+        gxx = shutil.which("g++")
+        if gxx is None:
+            raise RuntimeError("sleef_expf16 compiles a small shim and needs g++ on PATH")
+        so.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            src, out = Path(tmp) / "shim.cpp", Path(tmp) / "shim.so"
+            src.write_text(_SHIM)
+            subprocess.run([gxx, "-O2", "-mavx512f", "-shared", "-fPIC", str(src), "-o", str(out)], check=True)
+            os.replace(out, so)  # atomic: a concurrent build never loads half a file
+    return ctypes.CDLL(str(so))
+
+
+def sleef_expf16(x: torch.Tensor) -> torch.Tensor:
+    """``Sleef_expf16_u10`` from this torch's ``libtorch_cpu.so`` on every value of an fp32 tensor.
+
+    It is the function ``Vectorized<float>::exp()`` calls under AVX512
+    (``ATen/cpu/vec/vec512/vec512_float.h``); the values are fed 16 at a time,
+    zero-padded.  Needs a CPU with AVX512F.
+
+    >>> sleef_expf16(torch.tensor([0.0, 1.0, -200.0])).tolist()
+    [1.0, 2.7182817459106445, 0.0]
+    """
+    if x.dtype != torch.float32:
+        raise TypeError(f"sleef_expf16 takes fp32 values, got {x.dtype}")
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    fn = ctypes.cast(lib.Sleef_expf16_u10, ctypes.c_void_p).value
+    flat = x.contiguous().flatten()
+    buf = torch.cat([flat, flat.new_zeros((-flat.numel()) % 16)]).contiguous()
+    out = torch.empty_like(buf)
+    _shim().exp16_all(ctypes.c_void_p(fn), ctypes.c_void_p(buf.data_ptr()), ctypes.c_void_p(out.data_ptr()),
+                      ctypes.c_int64(buf.numel()))
+    return out[:flat.numel()].reshape(x.shape)
+
+
 def short_row_softmax(x: torch.Tensor, *, exp=libm_expf) -> torch.Tensor:
     """Softmax over the last dim of ``x`` (bf16 or fp16) by the four scalar steps of the module docstring.
 
     ``exp`` computes step 2 (default: glibc's ``expf``); passing another
-    function (``torch.exp``, say) is the ablation of that step.
+    function (:func:`sleef_expf16`, say) is the ablation of that step.  On an
+    fp32 row the result stays fp32.
 
     >>> short_row_softmax(torch.tensor([[0.0, 0.0]], dtype=torch.bfloat16)).tolist()
     [[0.5, 0.5]]
@@ -85,11 +141,12 @@ def short_row_softmax(x: torch.Tensor, *, exp=libm_expf) -> torch.Tensor:
 
 
 def short_rows_off(dtype: torch.dtype, lengths: Iterable[int], *, rows: int = 4096, scale: float = 2.0,
-                   seed: int = 0) -> dict[int, tuple[int, int]]:
+                   seed: int = 0, exp=libm_expf) -> dict[int, tuple[int, int]]:
     """Per row length: values where ``torch.softmax`` in ``dtype`` differs from :func:`short_row_softmax`.
 
     Each length gets ``rows`` rows of N(0, ``scale``²) draws rounded to
-    ``dtype``; returns ``{length: (values that differ, values)}``.
+    ``dtype``; ``exp`` is :func:`short_row_softmax`'s step 2.  Returns
+    ``{length: (values that differ, values)}``.
 
     >>> short_rows_off(torch.bfloat16, (3, 5), rows=64)
     {3: (0, 192), 5: (0, 320)}
@@ -98,7 +155,7 @@ def short_rows_off(dtype: torch.dtype, lengths: Iterable[int], *, rows: int = 40
     out = {}
     for n in lengths:
         x = (torch.randn(rows, n, generator=g, dtype=torch.float64) * scale).to(dtype)
-        out[n] = (int((torch.softmax(x, dim=-1) != short_row_softmax(x)).sum()), x.numel())
+        out[n] = (int((torch.softmax(x, dim=-1) != short_row_softmax(x, exp=exp)).sum()), x.numel())
     return out
 
 
@@ -112,7 +169,9 @@ def one_rounding_off(dtype: str, seeds: Iterable[int], n_experts: Iterable[int],
     values.  Returns the capability torch ran at, the weights, and the
     weights that differ from each rebuild: the fp32 kernel's output rounded
     once, :func:`short_row_softmax`, and :func:`short_row_softmax` with
-    ``torch.exp`` (ATen's vectorised exp) in place of ``expf``.
+    :func:`sleef_expf16` in place of ``expf``; and the weights where that last
+    rebuild differs from the fp32 kernel's output rounded once.  Needs AVX512F
+    (for :func:`sleef_expf16`).
 
     >>> r = one_rounding_off("bfloat16", range(2), (32,), tokens=64, k=4)
     >>> r["weights"], r["off_short_row"]
@@ -122,7 +181,7 @@ def one_rounding_off(dtype: str, seeds: Iterable[int], n_experts: Iterable[int],
     from explainers.precision.topk_router import topk_softmax
 
     dt = getattr(torch, dtype)
-    weights = off_once = off_short = off_sleef = 0
+    weights = off_once = off_short = off_sleef = sleef_not_fp32 = 0
     for n in n_experts:
         for seed in seeds:
             logits = _router_logits(tokens, n, scale, seed).to(dt)
@@ -131,9 +190,12 @@ def one_rounding_off(dtype: str, seeds: Iterable[int], n_experts: Iterable[int],
             weights += wa.numel()
             off_once += int((wa != torch.softmax(vals.float(), dim=-1).to(dt)).sum())
             off_short += int((wa != short_row_softmax(vals)).sum())
-            off_sleef += int((wa != short_row_softmax(vals, exp=torch.exp)).sum())
+            sleef = short_row_softmax(vals, exp=sleef_expf16)
+            off_sleef += int((wa != sleef).sum())
+            sleef_not_fp32 += int((sleef != torch.softmax(vals.float(), dim=-1).to(dt)).sum())
     return {"capability": torch.backends.cpu.get_cpu_capability(), "weights": weights,
-            "off_fp32_once": off_once, "off_short_row": off_short, "off_short_row_torch_exp": off_sleef}
+            "off_fp32_once": off_once, "off_short_row": off_short, "off_short_row_sleef": off_sleef,
+            "sleef_rebuild_off_fp32_once": sleef_not_fp32}
 
 
 def at_capability(capability: str, target: str, **kwargs: Any) -> Any:
