@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import json
 import os
@@ -39,8 +40,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["at_capability", "fp32_lanes", "libm_expf", "one_rounding_off", "short_row_softmax", "short_rows_off",
-           "sleef_expf16"]
+__all__ = ["at_capability", "fp32_lanes", "libm_expf", "one_rounding_off", "save_b_prime", "short_row_softmax",
+           "short_rows_off", "sleef_expf16"]
 
 _LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
 _LIBM.expf.restype = ctypes.c_float
@@ -100,6 +101,12 @@ def _shim() -> ctypes.CDLL:
     return ctypes.CDLL(str(so))
 
 
+@functools.cache
+def _sleef_expf16_address() -> int:
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    return ctypes.cast(lib.Sleef_expf16_u10, ctypes.c_void_p).value
+
+
 def sleef_expf16(x: torch.Tensor) -> torch.Tensor:
     """``Sleef_expf16_u10`` from this torch's ``libtorch_cpu.so`` on every value of an fp32 tensor.
 
@@ -112,8 +119,7 @@ def sleef_expf16(x: torch.Tensor) -> torch.Tensor:
     """
     if x.dtype != torch.float32:
         raise TypeError(f"sleef_expf16 takes fp32 values, got {x.dtype}")
-    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-    fn = ctypes.cast(lib.Sleef_expf16_u10, ctypes.c_void_p).value
+    fn = _sleef_expf16_address()
     flat = x.contiguous().flatten()
     buf = torch.cat([flat, flat.new_zeros((-flat.numel()) % 16)]).contiguous()
     out = torch.empty_like(buf)
@@ -188,14 +194,47 @@ def one_rounding_off(dtype: str, seeds: Iterable[int], n_experts: Iterable[int],
             _, wa = topk_softmax(logits, k)
             vals, _ = torch.topk(logits, k, dim=-1)
             weights += wa.numel()
-            off_once += int((wa != torch.softmax(vals.float(), dim=-1).to(dt)).sum())
+            once = torch.softmax(vals.float(), dim=-1).to(dt)
+            off_once += int((wa != once).sum())
             off_short += int((wa != short_row_softmax(vals)).sum())
             sleef = short_row_softmax(vals, exp=sleef_expf16)
             off_sleef += int((wa != sleef).sum())
-            sleef_not_fp32 += int((sleef != torch.softmax(vals.float(), dim=-1).to(dt)).sum())
+            sleef_not_fp32 += int((sleef != once).sum())
     return {"capability": torch.backends.cpu.get_cpu_capability(), "weights": weights,
             "off_fp32_once": off_once, "off_short_row": off_short, "off_short_row_sleef": off_sleef,
             "sleef_rebuild_off_fp32_once": sleef_not_fp32}
+
+
+def save_b_prime(dtype: str, seeds: Iterable[int], n_experts: Iterable[int], out: str, *, tokens: int = 4096,
+                 k: int = 8, scale: float = 2.0) -> str:
+    """Save router B′'s experts and weights over every (seed, n_experts) to ``out``; return the capability.
+
+    B′ is ``full_softmax_then_renorm(logits, k, softmax_dtype=torch.float32)``
+    of :mod:`explainers.precision.topk_router` on the logits of
+    :func:`one_rounding_off`; the file holds the concatenated expert indices
+    and weights (``torch.save``), so runs at two capabilities
+    (:func:`at_capability`) can be compared bit for bit.
+
+    >>> import tempfile, torch
+    >>> path = tempfile.mkdtemp() + "/b.pt"
+    >>> save_b_prime("bfloat16", range(1), (16,), path, tokens=8, k=2) in {"DEFAULT", "AVX2", "AVX512"}
+    True
+    >>> [t.shape for t in torch.load(path)]
+    [torch.Size([16]), torch.Size([16])]
+    """
+    from explainers.precision.router import _router_logits
+    from explainers.precision.topk_router import full_softmax_then_renorm
+
+    dt = getattr(torch, dtype)
+    experts, weights = [], []
+    for n in n_experts:
+        for seed in seeds:
+            idx, w = full_softmax_then_renorm(_router_logits(tokens, n, scale, seed).to(dt), k,
+                                              softmax_dtype=torch.float32)
+            experts.append(idx.flatten())
+            weights.append(w.flatten())
+    torch.save([torch.cat(experts), torch.cat(weights)], out)
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def at_capability(capability: str, target: str, **kwargs: Any) -> Any:
