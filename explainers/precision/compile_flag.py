@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-__all__ = ["config_reads", "op_calls", "watch_saved_tensor_casts", "keep_saved_tensor_downcast"]
+__all__ = ["config_reads", "flag_switches", "op_calls", "watch_saved_tensor_casts", "keep_saved_tensor_downcast"]
 
 
 def _sources(mention: str, under: str = "") -> Iterator[tuple[str, str]]:
@@ -60,6 +63,36 @@ def op_calls(name: str, under: str = "_inductor") -> list[tuple[str, int, str]]:
                       and node.func.attr == name and isinstance(node.func.value, ast.Name)
                       and node.func.value.id == "ops"]
     return sorted(found)
+
+
+#: Run in a fresh interpreter: Inductor's config reads its environment variables at import.
+_READ_FLAG = "import torch._inductor.config as c; print(c.emulate_precision_casts)"
+
+
+def flag_switches() -> dict[str, bool]:
+    """What ``torch._inductor.config.emulate_precision_casts`` reads after each way a user can switch it on.
+
+    Each ``numerics`` mode is set with ``config.patch`` in this process; each
+    environment variable is set for a fresh interpreter, which imports the
+    config and prints the flag.  Keys name the action.
+
+    >>> switches = flag_switches()
+    >>> switches["default"], switches["TORCHINDUCTOR_EMULATE_PRECISION_CASTS=1"]
+    (False, True)
+    """
+    import torch._inductor.config as config
+
+    out = {"default": bool(config.emulate_precision_casts)}
+    for mode in ("strict_pointwise", "strict_reduction", "strict"):
+        with config.patch(numerics=mode):
+            out[f'config.patch(numerics="{mode}")'] = bool(config.emulate_precision_casts)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    for var, value in (("TORCHINDUCTOR_EMULATE_PRECISION_CASTS", "1"), ("TORCHINDUCTOR_NUMERICS", "strict_pointwise"),
+                       ("TORCHINDUCTOR_NUMERICS", "strict")):
+        read = subprocess.run([sys.executable, "-c", _READ_FLAG], env={**base, var: value},
+                              capture_output=True, text=True, check=True).stdout.split()[-1]
+        out[f"{var}={value}"] = read == "True"
+    return out
 
 
 def _qualnames(tree: ast.Module) -> list[tuple[int, int, str]]:
