@@ -120,6 +120,26 @@ def test_no_stderr_or_error_outputs_on_pages(site):
     assert offenders == []
 
 
+#: A MyST role that reached the HTML as text: ``{glue:text}`x``` inside a code span is not parsed.
+_UNRENDERED_ROLE = re.compile(r"\{(?:glue(?::\w+)?|doc|ref|term)\}")
+
+
+def unrendered_roles(html: str) -> list[str]:
+    """MyST roles left as literal text in ``html``, outside code blocks (``<pre>``), which may quote them.
+
+    >>> unrendered_roles('<p><code><span class="pre">-f={glue:text}</span></code></p><pre>{glue:md} x</pre>')
+    ['{glue:text}']
+    """
+    prose = re.sub(r"<pre\b.*?</pre>", "", html, flags=re.DOTALL)
+    return _UNRENDERED_ROLE.findall(prose)
+
+
+def test_no_myst_role_left_unrendered_in_prose(site):
+    offenders = {page.name: found for page in html_pages(site)
+                 if (found := unrendered_roles(page.read_text(encoding="utf-8")))}
+    assert offenders == {}
+
+
 def test_internal_links_and_anchors_resolve(site):
     broken = []
     checked = 0
