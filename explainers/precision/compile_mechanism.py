@@ -5,7 +5,8 @@ Two ablations for :mod:`explainers.precision.compile_issue`:
 * ``var``: eager CPU ``var`` of fp32 has two paths, neither of them through
   ``at::acc_type``.  Along a dim it is ``std_var_kernel_impl``
   (``aten/src/ATen/native/cpu/ReduceOpsKernel.cpp``), a Welford recurrence
-  in double rounded once to fp32, which :func:`double_var` matches; a full
+  in double rounded once to fp32, which :func:`double_var` (a two-pass
+  variance in double, independent of that kernel) matches in fp32; a full
   reduction to one number is ``std_var_all_cpu``
   (``aten/src/ATen/native/ReduceOps.cpp``): an fp32 ``mean()`` read as a
   double, then a sum of squared deviations in double, which
@@ -65,18 +66,23 @@ def fp32_welford_var(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
 
 def double_var(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """``x.var(dim)`` computed in double and rounded once to ``x``'s dtype.
+    """``x``'s variance along ``dim`` computed two-pass in double, rounded once to ``x``'s dtype.
 
     Eager CPU ``var`` along a dim runs a Welford recurrence in double
     (``WelfordOps<scalar_t, double, ...>`` in ``std_var_kernel_impl``,
     ``aten/src/ATen/native/cpu/ReduceOpsKernel.cpp``, torch 2.14.1 and
-    2.15.0) and rounds once; this computes the double variance two-pass,
-    which rounds to the same fp32 value wherever the two double results do.
+    2.15.0) and rounds once.  This model does not call that kernel: it
+    widens ``x`` to double (exactly), takes the mean, sums the squared
+    deviations and divides by ``n - 1``, all in double.  Its double result
+    and the kernel's can differ in the last bits; rounded to fp32 they agree
+    wherever both double results round to the same fp32 value.
 
     >>> double_var(torch.tensor([[0.1], [0.2], [0.7]])).item()
     0.10333333164453506
     """
-    return x.double().var(dim=dim).to(x.dtype)
+    x64 = x.double()
+    dev = x64 - x64.mean(dim=dim, keepdim=True)
+    return ((dev * dev).sum(dim=dim) / (x.shape[dim] - 1)).to(x.dtype)
 
 
 def full_reduction_var(x: torch.Tensor) -> torch.Tensor:
