@@ -276,8 +276,9 @@ def find_tied_row(
     }
 
 
-def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Gradients of ``sum(weight * upstream)`` w.r.t. the logits for k=1.
+def k1_router_gradients(n_experts: int = 8, seed: int = 0, *, tokens: int = 4,
+                        dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Gradients of ``sum(weight * upstream)`` w.r.t. ``dtype`` logits for k=1.
 
     With k=1 both renormalizing routers return weight 1.0, a constant, so in
     exact arithmetic the router gets no gradient.  ``topk_softmax``'s gradient
@@ -285,8 +286,11 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
     ``full_softmax_then_renorm`` divides ``w`` by itself, and autograd's
     division backward evaluates ``g / w - g * ((w / w) / w)``, which is
     ``g / w - g * fl(1 / w)`` since ``w / w`` is exactly 1: two roundings of the same
-    quotient, tiny non-zero values in fp32.  Softmax then top-1 *without*
-    renormalization (Switch-style) keeps a real gradient.
+    quotient, in ``dtype``, tiny but non-zero.  ``full_softmax_then_renorm (fp32 softmax)``
+    is B′: the same with the softmax, top-k and division in fp32 and one
+    cast.  Softmax then top-1 *without* renormalization (Switch-style) keeps a
+    real gradient.  The logits are N(0, 1) drawn in fp32 (``tokens`` rows),
+    then cast to ``dtype``; the upstream gradient likewise.
 
     >>> g = k1_router_gradients()
     >>> bool((g["topk_softmax"] == 0).all())
@@ -295,23 +299,28 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0) -> dict[str, torch.Te
     True
     >>> float(g["softmax_top1_no_renorm"].abs().max()) > 1e-3
     True
+    >>> gb = k1_router_gradients(dtype=torch.bfloat16, tokens=64)
+    >>> gb["full_softmax_then_renorm"].dtype, float(gb["full_softmax_then_renorm"].abs().max()) > 1e-4
+    (torch.bfloat16, True)
     """
     gen = torch.Generator().manual_seed(seed)
-    base = torch.randn(4, n_experts, generator=gen)
-    upstream = torch.randn(4, 1, generator=gen)
+    base = torch.randn(tokens, n_experts, generator=gen).to(dtype)
+    upstream = torch.randn(tokens, 1, generator=gen).to(dtype)
     out = {}
-    for name in ("topk_softmax", "full_softmax_then_renorm", "softmax_top1_no_renorm"):
+    for name in ("topk_softmax", "full_softmax_then_renorm", "full_softmax_then_renorm (fp32 softmax)",
+                 "softmax_top1_no_renorm"):
         logits = base.clone().requires_grad_(True)
         if name == "topk_softmax":
             _, w = topk_softmax(logits, 1)
         elif name == "full_softmax_then_renorm":
             _, w = full_softmax_then_renorm(logits, 1)
+        elif name == "full_softmax_then_renorm (fp32 softmax)":
+            _, w = full_softmax_then_renorm(logits, 1, softmax_dtype=torch.float32)
         else:
             w, _ = torch.topk(F.softmax(logits, dim=-1), 1, dim=-1)
         (w * upstream).sum().backward()
         out[name] = logits.grad.detach()
     return out
-
 
 
 def renorm_backward_forms(w: torch.Tensor, g: torch.Tensor) -> dict[str, bool]:
