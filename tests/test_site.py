@@ -140,6 +140,28 @@ def test_no_myst_role_left_unrendered_in_prose(site):
     assert offenders == {}
 
 
+#: A paragraph that is a Markdown table left as text: a cell's ``text/markdown`` output is rendered as
+#: CommonMark, which has no tables, so ``| a | b |`` rows reach the HTML as one ``<p>``.
+_TABLE_AS_TEXT = re.compile(r"<p>\s*\|[^<]*\|[^<]*\|[^<]*\|", re.DOTALL)
+
+
+def tables_left_as_text(html: str) -> int:
+    """Paragraphs of ``html`` that hold Markdown table rows as text.
+
+    >>> tables_left_as_text("<p>| a | b |\\n| 1 | 2 |</p><table><tr><td>1</td></tr></table>")
+    1
+    >>> tables_left_as_text("<p>a | b</p>")
+    0
+    """
+    return len(_TABLE_AS_TEXT.findall(html))
+
+
+def test_no_markdown_table_left_as_text(site):
+    offenders = {page.name: n for page in html_pages(site)
+                 if (n := tables_left_as_text(page.read_text(encoding="utf-8")))}
+    assert offenders == {}, f"Markdown tables rendered as paragraphs (glue them and show with glue:md): {offenders}"
+
+
 def test_internal_links_and_anchors_resolve(site):
     broken = []
     checked = 0
