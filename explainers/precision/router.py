@@ -306,19 +306,17 @@ def k1_router_gradients(n_experts: int = 8, seed: int = 0, *, tokens: int = 4,
     gen = torch.Generator().manual_seed(seed)
     base = torch.randn(tokens, n_experts, generator=gen).to(dtype)
     upstream = torch.randn(tokens, 1, generator=gen).to(dtype)
+    weights = {  # the k = 1 routing weight of each router, from the logits
+        "topk_softmax": lambda x: topk_softmax(x, 1)[1],
+        "full_softmax_then_renorm": lambda x: full_softmax_then_renorm(x, 1)[1],
+        "full_softmax_then_renorm (fp32 softmax)":
+            lambda x: full_softmax_then_renorm(x, 1, softmax_dtype=torch.float32)[1],
+        "softmax_top1_no_renorm": lambda x: torch.topk(F.softmax(x, dim=-1), 1, dim=-1).values,
+    }
     out = {}
-    for name in ("topk_softmax", "full_softmax_then_renorm", "full_softmax_then_renorm (fp32 softmax)",
-                 "softmax_top1_no_renorm"):
+    for name, weight in weights.items():
         logits = base.clone().requires_grad_(True)
-        if name == "topk_softmax":
-            _, w = topk_softmax(logits, 1)
-        elif name == "full_softmax_then_renorm":
-            _, w = full_softmax_then_renorm(logits, 1)
-        elif name == "full_softmax_then_renorm (fp32 softmax)":
-            _, w = full_softmax_then_renorm(logits, 1, softmax_dtype=torch.float32)
-        else:
-            w, _ = torch.topk(F.softmax(logits, dim=-1), 1, dim=-1)
-        (w * upstream).sum().backward()
+        (weight(logits) * upstream).sum().backward()
         out[name] = logits.grad.detach()
     return out
 
