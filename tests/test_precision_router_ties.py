@@ -7,6 +7,7 @@ from explainers.precision.router_ties import (
     fp32_softmax_merges,
     merge_ablation,
     power_of_two_scales,
+    rank_k_merges,
     round_significand,
     tie_sweep,
     underflow_ablation,
@@ -68,3 +69,14 @@ def test_fp32_softmax_merges_past_its_exp_range():
     big = fp32_softmax_merges(torch.bfloat16, 24.0, tokens=256)
     assert small.merged_rows == small.b32_not_reference == 0
     assert big.merged_rows > 200 and big.b32_not_reference > 0
+
+
+def test_rank_k_merges_splits_the_two_places():
+    # at σ = 2 every difference is a logit tie decided elsewhere in the row, on both topk paths
+    for n, k in ((256, 8), (1024, 16)):
+        r = rank_k_merges(torch.bfloat16, tokens=4096, n_experts=n, k=k, scale=2.0)
+        assert r.a_ne_b > 0
+        assert r.a_ne_b == r.rank_k_group_is_logit_tie == r.unmerged_elsewhere_is_a == r.unmerged_at_k_is_b
+    # at σ = 0.5 the rank-k probability tie also joins distinct logits
+    half = rank_k_merges(torch.bfloat16, tokens=4096, scale=0.5)
+    assert half.rank_k_group_is_logit_tie < half.a_ne_b and half.unmerged_elsewhere_is_a < half.a_ne_b

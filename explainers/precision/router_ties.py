@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from explainers.precision.router import _router_logits, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
-__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "Fp32Merges",
+__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "RankKMerges",
+           "rank_k_merges", "Fp32Merges",
            "fp32_softmax_merges", "round_significand", "underflow_ablation", "power_of_two_scales"]
 
 
@@ -163,6 +164,59 @@ def merge_ablation(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 2
         unmerged_is_a=same(ia, unmerged),
         unmerged_is_logit_ranks=int((unmerged == rank_l).all(dim=-1).sum()),
         a_ne_b=int((_sets(ia) != _sets(ib)).any(dim=-1).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class RankKMerges:
+    """Which merges decide B's experts: those tied at rank k, or those elsewhere in the row (one scale).
+
+    Every count is of tokens where A and B keep different experts.  The rank-k
+    group is the set of experts whose probability (softmax in the dtype)
+    equals the k-th largest one.
+    """
+
+    #: tokens where A and B keep different experts
+    a_ne_b: int
+    #: of those, tokens whose rank-k probability group is exactly the logits' tie group at rank k (the
+    #: probabilities merge no distinct logits there)
+    rank_k_group_is_logit_tie: int
+    #: of those, tokens where un-merging every merged value except the rank-k group gives A's experts
+    unmerged_elsewhere_is_a: int
+    #: of those, tokens where un-merging only the rank-k group still gives B's experts
+    unmerged_at_k_is_b: int
+
+
+def rank_k_merges(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 256, k: int = 8,
+                  scale: float = 2.0, seed: int = 0) -> RankKMerges:
+    """Split B's merged probabilities by their logits everywhere but at rank k, or only at rank k.
+
+    :func:`merge_ablation` un-merges every merged value at once; this splits
+    the two places apart.  ``topk`` runs on dense ranks, as there.
+
+    >>> rank_k_merges(torch.bfloat16, tokens=1024, n_experts=256, k=8, scale=1.0)  # doctest: +NORMALIZE_WHITESPACE
+    RankKMerges(a_ne_b=6, rank_k_group_is_logit_tie=6, unmerged_elsewhere_is_a=6, unmerged_at_k_is_b=6)
+    """
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    ia, _ = topk_softmax(logits, k)
+    ib, _ = full_softmax_then_renorm(logits, k)
+    probs = F.softmax(logits, dim=-1)
+    rank_p, rank_l = dense_rank(probs), dense_rank(logits)
+    at_k = probs == probs.topk(k, dim=-1).values[:, -1:]
+    logit_tie_at_k = logits == logits.topk(k, dim=-1).values[:, -1:]
+    # lexicographic (probability, logit) keys, with the logit left out where a merge is to be kept
+    elsewhere = rank_p * n_experts + torch.where(at_k, 0, rank_l)
+    only_at_k = rank_p * n_experts + torch.where(at_k, rank_l, 0)
+    differ = (_sets(ia) != _sets(ib)).any(dim=-1)
+
+    def keeps(ranks: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return (_sets(dense_rank(ranks).double().topk(k, dim=-1).indices) == _sets(idx)).all(dim=-1)
+
+    return RankKMerges(
+        a_ne_b=int(differ.sum()),
+        rank_k_group_is_logit_tie=int((differ & (at_k == logit_tie_at_k).all(dim=-1)).sum()),
+        unmerged_elsewhere_is_a=int((differ & keeps(elsewhere, ia)).sum()),
+        unmerged_at_k_is_b=int((differ & keeps(only_at_k, ib)).sum()),
     )
 
 
