@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from explainers.page.torchsource import (
+    installed_conditionals,
     installed_source,
+    open_conditionals,
     quote_installed,
     source_of,
     torch_lines,
@@ -55,3 +57,21 @@ def test_torch_lines():
     assert lines[1] == "..." and lines[2].endswith("if _are_we_tracing():")
     with pytest.raises(ValueError, match="does not occur"):
         torch_lines("distributed/tensor/_redistribute.py", ["no such text anywhere"])
+
+
+def test_open_conditionals_tracks_nesting_and_branches():
+    src = "\n".join(["#if A", "#ifndef B", "x;", "#elif C", "y;", "#endif", "#else", "z;", "#endif", "w;"])
+    assert open_conditionals(src, 3) == [["#if A", "if"], ["#ifndef B", "if"]]
+    assert open_conditionals(src, 5) == [["#if A", "if"], ["#ifndef B", "#elif C"]]
+    assert open_conditionals(src, 8) == [["#if A", "else"]]
+    assert open_conditionals(src, 10) == []
+    # a directive's own line is outside it: the stack is of the lines before
+    assert open_conditionals("#  ifdef  X\n#endif", 1) == []
+    assert open_conditionals("#  ifdef  X\n#endif", 2) == [["#ifdef X", "if"]]
+
+
+def test_installed_conditionals_reads_the_header():
+    got = installed_conditionals("include/ATen/cpu/vec/vec512/vec512_float.h", "Vectorized<float> exp() const {")
+    assert ["#if defined(CPU_CAPABILITY_AVX512)", "if"] in got
+    with pytest.raises(ValueError):
+        installed_conditionals("include/ATen/OpMathType.h", "no such text anywhere")

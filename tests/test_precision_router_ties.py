@@ -3,6 +3,7 @@
 import torch
 
 from explainers.precision.router_ties import (
+    cpu_topk_path,
     dense_rank,
     fp32_softmax_merges,
     merge_ablation,
@@ -80,3 +81,8 @@ def test_rank_k_merges_splits_the_two_places():
     # at σ = 0.5 the rank-k probability tie also joins distinct logits
     half = rank_k_merges(torch.bfloat16, tokens=4096, scale=0.5)
     assert half.rank_k_group_is_logit_tie < half.a_ne_b and half.unmerged_elsewhere_is_a < half.a_ne_b
+
+
+def test_cpu_topk_path_is_the_k_times_64_rule():
+    assert [cpu_topk_path(n, k) for n, k in ((64, 1), (63, 1), (256, 4), (256, 5), (1024, 16), (1023, 16))] == [
+        "partial_sort", "nth_element", "partial_sort", "nth_element", "partial_sort", "nth_element"]

@@ -26,6 +26,7 @@ Four ways to quote torch, each used by a page, and one to show a page's own code
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 
 __all__ = ["installed_source", "find_lines", "find_line", "block_end", "excerpt",
-           "quote_installed", "torch_lines", "torch_lines_many", "source_of",
+           "quote_installed", "torch_lines", "torch_lines_many", "open_conditionals", "installed_conditionals", "source_commit", "source_of",
            "function_source"]
 
 
@@ -230,6 +231,56 @@ def torch_lines_many(specs: Sequence[Sequence[Any]]) -> list[str]:
             raise ValueError(f"an excerpt is [relpath, needles] or [relpath, needles, after], not {spec!r}")
         out.append(torch_lines(*spec))
     return out
+
+
+def open_conditionals(text: str, line: int) -> list[list[str]]:
+    """The preprocessor conditionals open at ``line`` (from 1) of C or C++ ``text``, outermost first.
+
+    Each is ``[opening directive, branch]``, the branch being ``"if"``,
+    ``"else"`` or the ``#elif`` line that ``line`` falls under.  A quote of one
+    definition cannot tell which branch a build compiled; this says which
+    branch the quoted line is in.
+
+    >>> src = "#ifdef FAST\\nint f();\\n#else\\nint f() { return 1; }\\n#endif\\nint g();"
+    >>> open_conditionals(src, 2), open_conditionals(src, 4), open_conditionals(src, 6)
+    ([['#ifdef FAST', 'if']], [['#ifdef FAST', 'else']], [])
+    """
+    stack: list[list[str]] = []
+    for ln in text.splitlines()[:line - 1]:
+        m = re.match(r"#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)", ln.strip())
+        if m is None:
+            continue
+        kw, rest = m.groups()
+        if kw in ("if", "ifdef", "ifndef"):
+            stack.append([f"#{kw} {rest.strip()}", "if"])
+        elif kw == "endif":
+            stack.pop()
+        else:
+            stack[-1][1] = "else" if kw == "else" else f"#elif {rest.strip()}"
+    return stack
+
+
+def installed_conditionals(relpath: str, needle: str) -> list[list[str]]:
+    """:func:`open_conditionals` at the first line of an installed torch file containing ``needle``.
+
+    >>> installed_conditionals("include/ATen/OpMathType.h", "struct OpMathType<at::BFloat16>")
+    [['#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)', 'if']]
+    """
+    text = installed_source(relpath)
+    return open_conditionals(text, find_line(text, needle))
+
+
+def source_commit() -> str:
+    """The commit of PyTorch's repository that this torch was built from (``torch.version.git_version``).
+
+    A release tag names the same commit only if the wheel was built from the
+    tag; the wheel's own record is the one to pin a source reading to.
+
+    >>> c = source_commit()
+    >>> len(c), set(c) <= set("0123456789abcdef")
+    (40, True)
+    """
+    return torch.version.git_version
 
 
 def _find(lines: list[str], needle: str, start: int, relpath: str) -> int:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from explainers.precision.router import _router_logits, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
-__all__ = ["dense_rank", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "RankKMerges",
+__all__ = ["dense_rank", "cpu_topk_path", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "RankKMerges",
            "rank_k_merges", "Fp32Merges",
            "fp32_softmax_merges", "round_significand", "underflow_ablation", "power_of_two_scales"]
 
@@ -111,6 +111,27 @@ def _differ_and_tied(logits: torch.Tensor, k: int) -> int:
     return int(((_sets(ia) != _sets(ib)).any(dim=-1) & tied).sum())
 
 
+def _router_ranks(dtype: torch.dtype, tokens: int, n_experts: int, k: int, scale: float, seed: int):
+    """The logits in ``dtype``, A's and B's experts, B's probabilities, and both dense ranks."""
+    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
+    ia, _ = topk_softmax(logits, k)
+    ib, _ = full_softmax_then_renorm(logits, k)
+    probs = F.softmax(logits, dim=-1)
+    return logits, ia, ib, probs, dense_rank(probs), dense_rank(logits)
+
+
+def cpu_topk_path(n: int, k: int) -> str:
+    """The selection algorithm CPU ``torch.topk`` uses for a row of ``n`` values and this ``k``.
+
+    The rule of ``TopKImpl.h`` (``use_partial_sort = k * 64 <= n``) in torch
+    2.14.1 and 2.15.0; the router page quotes the installed line.
+
+    >>> cpu_topk_path(256, 8), cpu_topk_path(256, 2), cpu_topk_path(1024, 16)
+    ('nth_element', 'partial_sort', 'partial_sort')
+    """
+    return "partial_sort" if k * 64 <= n else "nth_element"
+
+
 @dataclass(frozen=True)
 class MergeAblation:
     """What decides B's experts, one change at a time (tokens out of ``tokens``)."""
@@ -145,11 +166,7 @@ def merge_ablation(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 2
     >>> m.b_is_topk_of_prob_ranks == m.a_is_topk_of_logit_ranks == m.unmerged_is_a == 64
     True
     """
-    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
-    ia, _ = topk_softmax(logits, k)
-    ib, _ = full_softmax_then_renorm(logits, k)
-    probs = F.softmax(logits, dim=-1)
-    rank_p, rank_l = dense_rank(probs), dense_rank(logits)
+    _, ia, ib, _, rank_p, rank_l = _router_ranks(dtype, tokens, n_experts, k, scale, seed)
     # lexicographic (probability, logit): the probabilities' order, with merged values split again
     unmerged = dense_rank(rank_p * n_experts + rank_l)
 
@@ -197,11 +214,7 @@ def rank_k_merges(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 25
     >>> rank_k_merges(torch.bfloat16, tokens=1024, n_experts=256, k=8, scale=1.0)  # doctest: +NORMALIZE_WHITESPACE
     RankKMerges(a_ne_b=6, rank_k_group_is_logit_tie=6, unmerged_elsewhere_is_a=6, unmerged_at_k_is_b=6)
     """
-    logits = _router_logits(tokens, n_experts, scale, seed).to(dtype)
-    ia, _ = topk_softmax(logits, k)
-    ib, _ = full_softmax_then_renorm(logits, k)
-    probs = F.softmax(logits, dim=-1)
-    rank_p, rank_l = dense_rank(probs), dense_rank(logits)
+    logits, ia, ib, probs, rank_p, rank_l = _router_ranks(dtype, tokens, n_experts, k, scale, seed)
     at_k = probs == probs.topk(k, dim=-1).values[:, -1:]
     logit_tie_at_k = logits == logits.topk(k, dim=-1).values[:, -1:]
     # lexicographic (probability, logit) keys, with the logit left out where a merge is to be kept
