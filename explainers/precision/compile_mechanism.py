@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 __all__ = [
+    "var_under_numerics",
     "fp32_welford_var",
     "double_var",
     "full_reduction_var",
@@ -209,6 +210,39 @@ def compile_without_convert_cache(fn: Callable, settings: Callable[[], contextli
     """
     with convert_cache_off():
         return compile_outputs(fn, settings, inputs, code=code)
+
+
+def var_under_numerics(modes: list[str], seeds: list[int]) -> dict[str, dict[str, int]]:
+    """Per Inductor ``numerics`` mode, in how many seeds #163449's compiled ``var(dim=0)`` equals eager, and the model.
+
+    Compiles ``t5.var(dim=0)`` alone (``dynamic=True``, as the issue) under
+    ``torch._inductor.config.patch(numerics=mode)`` and counts, over the
+    issue's inputs from each seed, the outputs equal to eager's and to
+    :func:`fp32_welford_var`.  The modes a release knows differ (2.14.1:
+    ``"default"`` and ``"strict"``; 2.15.0 adds ``"strict_pointwise"`` and
+    ``"strict_reduction"``).
+
+    >>> var_under_numerics(["default"], [0, 1])
+    {'default': {'eager': 0, 'fp32_welford_var': 2}}
+    """
+    import torch._inductor.config as inductor_config
+
+    from explainers.precision.compile_issue import issue_163449_inputs
+
+    out = {}
+    for mode in modes:
+        torch._dynamo.reset()
+        with inductor_config.patch({"numerics": mode, "fx_graph_cache": False}):
+            fn = torch.compile(lambda a: a.var(dim=0), dynamic=True, fullgraph=True)
+            counts = {"eager": 0, "fp32_welford_var": 0}
+            for seed in seeds:
+                t5 = issue_163449_inputs(seed, requires_grad=False)[3]
+                got = fn(t5)
+                counts["eager"] += torch.equal(got, t5.var(dim=0))
+                counts["fp32_welford_var"] += torch.equal(got, fp32_welford_var(t5))
+        out[mode] = counts
+    torch._dynamo.reset()
+    return out
 
 
 def t4_kernel_lines(code: list[str]) -> list[str]:
