@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["at_capability", "fp32_lanes", "libm_expf", "one_rounding_off", "save_b_prime", "short_row_softmax",
+__all__ = ["at_capability", "fp32_lanes", "fp32_rows_off", "libm_expf", "one_rounding_off", "save_b_prime", "short_row_softmax",
            "short_rows_off", "sleef_expf16"]
 
 _LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
@@ -163,6 +163,20 @@ def short_rows_off(dtype: torch.dtype, lengths: Iterable[int], *, rows: int = 40
         x = (torch.randn(rows, n, generator=g, dtype=torch.float64) * scale).to(dtype)
         out[n] = (int((torch.softmax(x, dim=-1) != short_row_softmax(x, exp=exp)).sum()), x.numel())
     return out
+
+
+def fp32_rows_off(lengths: list[int], *, rows: int = 4096, scale: float = 2.0, seed: int = 0) -> dict[str, list[int]]:
+    """:func:`short_rows_off` for fp32 rows with the C library's ``expf``, in JSON's terms, for :func:`at_capability`.
+
+    At the DEFAULT capability ``Vectorized<float>::exp()`` maps ``std::exp``,
+    so the fp32 softmax of a row shorter than one vector is the four steps
+    with ``expf``; under AVX512 it calls Sleef instead and differs.
+
+    >>> at_capability("default", "explainers.softmax_tail:fp32_rows_off", lengths=[1, 7], rows=64)
+    {'1': [0, 64], '7': [0, 448]}
+    """
+    return {str(n): list(v) for n, v in short_rows_off(torch.float32, lengths, rows=rows, scale=scale,
+                                                         seed=seed).items()}
 
 
 def one_rounding_off(dtype: str, seeds: Iterable[int], n_experts: Iterable[int], *, tokens: int = 4096,

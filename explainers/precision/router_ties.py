@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from explainers.precision.router import _router_logits, compare_routers
 from explainers.precision.topk_router import full_softmax_then_renorm, topk_softmax
 
-__all__ = ["dense_rank", "cpu_topk_path", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "RankKMerges",
+__all__ = ["dense_rank", "cpu_topk_path", "expert_sets", "TieSweepRow", "tie_sweep", "MergeAblation", "merge_ablation", "RankKMerges",
            "rank_k_merges", "Fp32Merges",
            "fp32_softmax_merges", "round_significand", "underflow_ablation", "power_of_two_scales"]
 
@@ -118,6 +118,18 @@ def _router_ranks(dtype: torch.dtype, tokens: int, n_experts: int, k: int, scale
     ib, _ = full_softmax_then_renorm(logits, k)
     probs = F.softmax(logits, dim=-1)
     return logits, ia, ib, probs, dense_rank(probs), dense_rank(logits)
+
+
+def expert_sets(dtype: torch.dtype, *, tokens: int = 4096, n_experts: int = 256, k: int = 8, scale: float = 2.0,
+                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The experts A and B keep for each token (sorted, so equal sets compare equal), on the page's logits.
+
+    >>> a, b = expert_sets(torch.bfloat16, tokens=4, n_experts=16, k=2)
+    >>> a.shape, torch.equal(a, b)
+    (torch.Size([4, 2]), True)
+    """
+    _, ia, ib, *_ = _router_ranks(dtype, tokens, n_experts, k, scale, seed)
+    return _sets(ia), _sets(ib)
 
 
 def cpu_topk_path(n: int, k: int) -> str:
