@@ -101,6 +101,8 @@ def test_var_path_sweep_counts_per_offset():
     assert [r["offset"] for r in rows] == [1.0, 1e5]
     assert all(r["all_is_model"] == r["dim_is_double_var"] == 5 for r in rows)
     assert rows[0]["all_is_fp64_rounded"] == 5 and rows[1]["all_is_fp64_rounded"] < 5
+    # var_mean's one-output path is not var()'s: far from zero it leaves the fp32 mean out
+    assert rows[1]["var_mean_is_var"] < 5 and rows[1]["var_mean_is_fp64_rounded"] > rows[1]["all_is_fp64_rounded"]
 
 
 def test_compile_outputs_runs_each_input_and_keeps_code():

@@ -113,21 +113,27 @@ def var_path_sweep(offsets: tuple[float, ...], seeds: range, n: int = 40) -> lis
     generator seeded with the seed): counts, over the seeds, where eager
     ``x[0].var()`` (the full-reduction path) equals :func:`full_reduction_var`
     and where it equals the fp64 variance rounded once, and where eager
-    ``x.var(dim=0)`` (the along-a-dim path) equals :func:`double_var`.
+    ``x.var(dim=0)`` (the along-a-dim path) equals :func:`double_var`; and
+    where the variance of eager ``torch.var_mean(x[0])`` (one output too)
+    equals ``x[0].var()`` and the fp64 variance rounded once.
 
-    >>> var_path_sweep((0.0,), range(2), n=8)
-    [{'offset': 0.0, 'seeds': 2, 'all_is_model': 2, 'all_is_fp64_rounded': 2, 'dim_is_double_var': 2}]
+    >>> var_path_sweep((0.0,), range(2), n=8)  # doctest: +NORMALIZE_WHITESPACE
+    [{'offset': 0.0, 'seeds': 2, 'all_is_model': 2, 'all_is_fp64_rounded': 2, 'dim_is_double_var': 2,
+      'var_mean_is_var': 2, 'var_mean_is_fp64_rounded': 2}]
     """
     rows = []
     for offset in offsets:
         row = {"offset": offset, "seeds": len(seeds), "all_is_model": 0, "all_is_fp64_rounded": 0,
-               "dim_is_double_var": 0}
+               "dim_is_double_var": 0, "var_mean_is_var": 0, "var_mean_is_fp64_rounded": 0}
         for s in seeds:
             x = torch.rand(3, n, generator=torch.Generator().manual_seed(s)) * 1e-2 + offset
             full = x[0].var()
             row["all_is_model"] += torch.equal(full, full_reduction_var(x[0]))
             row["all_is_fp64_rounded"] += torch.equal(full, x[0].double().var().float())
             row["dim_is_double_var"] += torch.equal(x.var(dim=0), double_var(x))
+            var_of_mean = torch.var_mean(x[0])[0]
+            row["var_mean_is_var"] += torch.equal(var_of_mean, full)
+            row["var_mean_is_fp64_rounded"] += torch.equal(var_of_mean, x[0].double().var().float())
         rows.append(row)
     return rows
 
