@@ -9,20 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from explainers.allocator.runner import RACE_CPP as RACE
 from explainers.allocator.tsan_command import FLAGS, main, set_torch, torch_folder
 
 pytestmark = pytest.mark.slow
-
-RACE = """\
-#include <thread>
-int counter = 0;
-int main() {
-  std::thread t([] { counter++; });
-  counter++;
-  t.join();
-  return counter == 2 ? 0 : 1;
-}
-"""
 
 
 def test_run_compiles_a_racy_program_that_tsan_reports(tmp_path, monkeypatch):

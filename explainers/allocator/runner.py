@@ -37,13 +37,35 @@ from .races import RaceRecord, classify, group_by_family, load_sources
 from .torchpaths import TorchInstall, find_torch
 from .tsan import RuntimeFlag, TsanLog, parse_flag_help, parse_tsan
 
-__all__ = ["Run", "VariantResult", "Reproduction", "run_command", "run_build", "run_tsan", "runtime_flags",
+__all__ = ["RACE_CPP", "Run", "VariantResult", "Reproduction", "run_command", "run_build", "run_tsan", "runtime_flags",
            "reproduce", "shipped_runs", "reader_script"]
 
 #: Keep running after the first report so one run can show every race, and
 #: keep the longest per-thread access history TSAN offers (history_size=7,
 #: about 4M accesses) so that the earlier access of a race can be restored.
 TSAN_OPTIONS = "halt_on_error=0:history_size=7"
+
+#: The smallest racy program: two threads increment ``counter`` with no lock.  The main
+#: thread first waits, through a relaxed atomic (which orders nothing, so the race stays),
+#: until the other thread has written: TSAN checks and updates an address's shadow
+#: without a lock, and in runs where the two writes could overlap in time it sometimes
+#: reported nothing.
+RACE_CPP = """#include <atomic>
+#include <thread>
+int counter = 0;
+std::atomic<bool> written{false};
+int main() {
+  std::thread t([] {
+    counter++;
+    written.store(true, std::memory_order_relaxed);
+  });
+  // relaxed: no happens-before, only "not at the same time"
+  while (!written.load(std::memory_order_relaxed)) std::this_thread::yield();
+  counter++;
+  t.join();
+  return counter == 2 ? 0 : 1;
+}
+"""
 
 _SUMMARY_RX = re.compile(r"^harness: (.*)$", re.M)
 
